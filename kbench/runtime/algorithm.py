@@ -1,0 +1,286 @@
+"""Algorithm: a compute shader bound to tensors, with checked push and specialization constants."""
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any, Sequence as Seq
+
+import numpy as np
+
+from . import _vk
+from ._vk import ffi, vk
+from .errors import UnsupportedFeatureError
+from .spirv import Scalar, ShaderInfo, reflect
+from .tensor import Tensor
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .manager import Manager
+
+_KIND = {"f": "f", "i": "i", "u": "u", "b": "u"}
+
+
+def _as_constants(values: Any, what: str) -> np.ndarray:
+    """Kompute's rule: Python lists are float32, NumPy arrays keep their dtype."""
+    if values is None:
+        return np.zeros(0, np.float32)
+    if isinstance(values, np.ndarray):
+        if values.dtype.names is not None:
+            if values.size != 1:
+                raise ValueError(f"{what}: a structured array must hold exactly one record, got {values.size}")
+            return values.reshape(1)
+        if values.dtype.kind not in "fiub":
+            raise TypeError(f"{what}: dtype {values.dtype} is not a number type")
+        return np.ascontiguousarray(values.reshape(-1))
+    if isinstance(values, (list, tuple)):
+        try:
+            return np.asarray(values, dtype=np.float32).reshape(-1)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"{what}: expected numbers, got {values!r}") from e
+    raise TypeError(f"{what}: expected a list or numpy array, got {type(values).__name__}")
+
+
+def _scalar_of(dt: np.dtype) -> Scalar:
+    kind = {"f": "f", "i": "i", "u": "u", "b": "u"}[dt.kind]
+    return Scalar(kind, dt.itemsize * 8)
+
+
+def _describe(s: Scalar) -> str:
+    return {"f": "float", "i": "int", "u": "uint"}[_KIND[s.kind]] + str(s.width)
+
+
+def check_push_constants(info: ShaderInfo, values: np.ndarray, where: str) -> bytes:
+    """Check ``values`` against the shader's push-constant block; return the bytes to push."""
+    if values.size == 0:
+        return b""
+    if not info.push_members:
+        raise ValueError(f"{where}: push constants given ({values.nbytes} bytes) but the shader declares none")
+    if values.dtype.names is not None:
+        fields = [values.dtype.fields[n] for n in values.dtype.names]
+        if len(fields) != len(info.push_members):
+            raise ValueError(f"{where}: push-constant record has {len(fields)} fields, the shader block has "
+                             f"{len(info.push_members)} members ({', '.join(m.name for m in info.push_members)})")
+        for (fdt, foff, *_), m in zip(fields, info.push_members):
+            base = fdt.base
+            got = _scalar_of(base)
+            count = int(np.prod(fdt.shape)) if fdt.shape else 1
+            if foff != m.offset or _KIND[got.kind] != _KIND[m.scalar.kind] or got.width != m.scalar.width or (m.count and count != m.count):
+                raise TypeError(f"{where}: push-constant member '{m.name}' is {_describe(m.scalar)} x{m.count} at offset "
+                                f"{m.offset}, got {_describe(got)} x{count} at offset {foff}")
+    else:
+        got = _scalar_of(values.dtype)
+        for m in info.push_members:
+            if m.count == 0:
+                continue
+            if _KIND[got.kind] != _KIND[m.scalar.kind] or got.width != m.scalar.width:
+                raise TypeError(f"{where}: push-constant dtype {values.dtype} does not match the shader's member "
+                                f"'{m.name}' ({_describe(m.scalar)}); pass a numpy array of the matching dtype "
+                                "(or a structured array for mixed blocks)")
+    if values.nbytes != info.push_size:
+        raise ValueError(f"{where}: push constants are {values.nbytes} bytes, the shader's block is {info.push_size} bytes")
+    return values.tobytes()
+
+
+def check_spec_constants(info: ShaderInfo, values: np.ndarray, where: str) -> None:
+    if values.dtype.names is not None:
+        raise TypeError(f"{where}: specialization constants must be a plain list or array")
+    got = _scalar_of(values.dtype)
+    for i in range(values.size):
+        sc = info.spec_constants.get(i)
+        if sc is None:
+            continue
+        if _KIND[got.kind] != _KIND[sc.scalar.kind] or got.width != (sc.scalar.width if sc.scalar.kind != "b" else 32):
+            raise TypeError(f"{where}: specialization constant {i} is {_describe(sc.scalar)} in the shader, got {values.dtype}")
+
+
+class Pipeline:
+    """Shader module + layouts + compute pipeline; shared by every Algorithm with the same key."""
+
+    def __init__(self, mgr: "Manager", spirv: bytes, info: ShaderInfo, n_bindings: int, spec: np.ndarray):
+        self.mgr = mgr
+        self.refs = 0
+        dev = mgr._device
+        self.module = self.layout = self.pipeline = None
+        self.set_layout = mgr._set_layout(n_bindings)
+        try:
+            with _vk.call("vkCreateShaderModule"):
+                self.module = vk.vkCreateShaderModule(dev, vk.VkShaderModuleCreateInfo(codeSize=len(spirv), pCode=spirv), None)
+            ranges = []
+            if info.push_size:
+                ranges = [vk.VkPushConstantRange(stageFlags=vk.VK_SHADER_STAGE_COMPUTE_BIT, offset=0, size=info.push_size)]
+            with _vk.call("vkCreatePipelineLayout"):
+                self.layout = vk.vkCreatePipelineLayout(dev, vk.VkPipelineLayoutCreateInfo(
+                    setLayoutCount=1, pSetLayouts=[self.set_layout],
+                    pushConstantRangeCount=len(ranges), pPushConstantRanges=ranges or None), None)
+            # Sub-structs and the strings they point to must outlive the create call (the
+            # `vulkan` package frees temporaries early otherwise; see vulkan-python-notes.md).
+            spec_info = None
+            if spec.size:
+                width = spec.dtype.itemsize
+                entries = [vk.VkSpecializationMapEntry(constantID=i, offset=i * width, size=width) for i in range(spec.size)]
+                self._spec_data = ffi.from_buffer(spec.tobytes())
+                spec_info = vk.VkSpecializationInfo(mapEntryCount=len(entries), pMapEntries=entries,
+                                                    dataSize=spec.nbytes, pData=self._spec_data)
+            self._entry = "main"
+            stage = vk.VkPipelineShaderStageCreateInfo(stage=vk.VK_SHADER_STAGE_COMPUTE_BIT, module=self.module,
+                                                       pName=self._entry, pSpecializationInfo=spec_info)
+            create = vk.VkComputePipelineCreateInfo(stage=stage, layout=self.layout)
+            with _vk.call("vkCreateComputePipelines"):
+                self.pipeline = vk.vkCreateComputePipelines(dev, mgr._pipeline_cache, 1, [create], None)[0]
+        except BaseException:
+            self.destroy()
+            raise
+        mgr._stats["pipelines"] += 1
+
+    def destroy(self) -> None:
+        dev = self.mgr._device
+        if self.pipeline is not None:
+            vk.vkDestroyPipeline(dev, self.pipeline, None)
+            self.mgr._stats["pipelines"] -= 1
+        if self.layout is not None:
+            vk.vkDestroyPipelineLayout(dev, self.layout, None)
+        if self.module is not None:
+            vk.vkDestroyShaderModule(dev, self.module, None)
+        self.pipeline = self.layout = self.module = None
+
+
+class Algorithm:
+    """A compute shader with its tensors (binding i = tensor i), grid and constants."""
+
+    def __init__(self, mgr: "Manager", tensors: Seq[Tensor], spirv: bytes, workgroup=None,
+                 spec_consts=None, push_consts=None):
+        self._mgr = mgr
+        self._pipeline: Pipeline | None = None
+        self._key = None
+        self._set = None
+        self._destroyed = False
+        self._build(tensors, spirv, workgroup, spec_consts, push_consts)
+        mgr._track(self)
+
+    # --- Kompute API ---------------------------------------------------------------------------
+    def rebuild(self, tensors: Seq[Tensor], spirv: bytes, workgroup=None, spec_consts=None, push_consts=None) -> None:
+        """Re-create the algorithm with new tensors/shader/constants (re-record sequences after)."""
+        self._check()
+        self._mgr._before_free(self)
+        self._release()
+        self._build(tensors, spirv, workgroup, spec_consts, push_consts)
+
+    def get_tensors(self) -> list[Tensor]:
+        return list(self._tensors)
+
+    def get_push_constants(self) -> np.ndarray:
+        return self._push.copy()
+
+    def set_push_constants(self, push_consts) -> None:
+        values = _as_constants(push_consts, "push_consts")
+        check_push_constants(self._info, values, "Algorithm.set_push_constants")
+        self._push = values
+
+    def get_spec_constants(self) -> np.ndarray:
+        return self._spec.copy()
+
+    def get_workgroup(self) -> tuple[int, int, int]:
+        return self._workgroup
+
+    def set_workgroup(self, workgroup, min_size: int = 1) -> None:
+        self._workgroup = self._grid(workgroup, min_size)
+
+    def is_init(self) -> bool:
+        return not self._destroyed and self._set is not None and self._mgr._alive
+
+    def destroy(self) -> None:
+        if self._destroyed:
+            return
+        if self._mgr._alive:
+            self._mgr._before_free(self)
+        self._release()
+        self._destroyed = True
+        self._mgr._untrack(self)
+
+    # --- kbench additions ----------------------------------------------------------------------
+    @property
+    def shader_info(self) -> ShaderInfo:
+        return self._info
+
+    def readonly_tensors(self) -> list[Tensor]:
+        ro = self._info.readonly_bindings()
+        return [t for i, t in enumerate(self._tensors) if i in ro]
+
+    # --- internals -----------------------------------------------------------------------------
+    def _grid(self, workgroup, min_size: int = 1) -> tuple[int, int, int]:
+        if workgroup is None:
+            workgroup = (0, 0, 0)
+        wg = list(workgroup)
+        if len(wg) != 3 or not all(isinstance(x, (int, np.integer)) and x >= 0 for x in wg):
+            raise ValueError(f"workgroup must be three non-negative integers (the dispatch grid), got {workgroup!r}")
+        x = int(wg[0]) or max(self._tensors[0].size(), min_size)
+        grid = (x, int(wg[1]) or 1, int(wg[2]) or 1)
+        limits = self._mgr._props["max_work_group_count"]
+        for axis, (g, lim) in enumerate(zip(grid, limits)):
+            if g > lim:
+                raise ValueError(f"workgroup[{axis}] = {g} exceeds the device's maxComputeWorkGroupCount[{axis}] = {lim}; "
+                                 "spread the grid over more dimensions")
+        return grid
+
+    def _build(self, tensors, spirv, workgroup, spec_consts, push_consts) -> None:
+        mgr = self._mgr
+        mgr._check_alive()
+        tensors = list(tensors)
+        if not tensors:
+            raise ValueError("an algorithm needs at least one tensor")
+        for i, t in enumerate(tensors):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"tensors[{i}] is {type(t).__name__}, expected a kbench.runtime.Tensor")
+            t._check()
+            if t._mgr is not mgr:
+                raise ValueError(f"tensors[{i}] belongs to another Manager")
+        spirv = bytes(spirv) if isinstance(spirv, (bytes, bytearray, memoryview)) else spirv
+        info = reflect(spirv)
+        if "main" not in info.entry_points:
+            raise ValueError(f"SPIR-V has no entry point 'main' (found {info.entry_points})")
+        if info.binding_count > len(tensors):
+            raise ValueError(f"the shader uses {info.binding_count} bindings but {len(tensors)} tensors were given "
+                             f"(binding i is tensor i)")
+        max_range = mgr._props["max_storage_buffer_range"]
+        for i, t in enumerate(tensors):
+            if t.nbytes() > max_range:
+                raise ValueError(f"tensors[{i}] is {t.nbytes()} bytes, more than the device's maxStorageBufferRange "
+                                 f"({max_range} bytes) a shader can bind")
+        feats = mgr._props["features"]
+        for key, human in info.required_features():
+            if not feats.get(key, False):
+                raise UnsupportedFeatureError(f"the shader needs {human}, which {mgr._props['device_name']} does not support", human)
+        spec = _as_constants(spec_consts, "spec_consts")
+        check_spec_constants(info, spec, "Algorithm")
+        push = _as_constants(push_consts, "push_consts")
+        check_push_constants(info, push, "Algorithm")
+        self._tensors = tensors
+        self._info = info
+        self._spec = spec
+        self._push = push
+        self._spirv = spirv
+        self._workgroup = self._grid(workgroup)
+        key = (hashlib.sha256(spirv).digest(), spec.dtype.str, spec.tobytes(), len(tensors))
+        self._pipeline = mgr._acquire_pipeline(key, spirv, info, len(tensors), spec)
+        self._key = key
+        try:
+            self._set = mgr._descriptors.allocate(mgr._set_layout(len(tensors)), [t._vk_buffer for t in tensors],
+                                                  [max(4, (t.nbytes() + 3) // 4 * 4) for t in tensors])
+        except BaseException:
+            mgr._release_pipeline(self._key)
+            self._pipeline = None
+            raise
+
+    def _release(self) -> None:
+        if self._set is not None:
+            self._mgr._descriptors.free(self._set)
+            self._set = None
+        if self._pipeline is not None:
+            self._mgr._release_pipeline(self._key)
+            self._pipeline = None
+
+    def _check(self) -> None:
+        if self._destroyed:
+            raise RuntimeError("algorithm has been destroyed")
+        self._mgr._check_alive()
+        for i, t in enumerate(self._tensors):
+            if t._destroyed:
+                raise RuntimeError(f"algorithm's tensor {i} has been destroyed")

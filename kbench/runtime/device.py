@@ -1,0 +1,275 @@
+"""Instance creation, physical-device discovery and the properties a cross-vendor harness needs."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from . import _vk
+from ._vk import ffi, vk
+
+VENDORS = {
+    0x1002: "AMD",
+    0x1010: "ImgTec",
+    0x106B: "Apple",
+    0x10DE: "NVIDIA",
+    0x13B5: "ARM",
+    0x1AE0: "Google",
+    0x5143: "Qualcomm",
+    0x8086: "Intel",
+    0x10005: "Mesa",
+    0x10006: "Mesa",  # VK_VENDOR_ID_POCL: listed for completeness
+}
+
+DEVICE_TYPES = {0: "other", 1: "integrated_gpu", 2: "discrete_gpu", 3: "virtual_gpu", 4: "cpu"}
+
+QUEUE_FLAGS = [
+    (vk.VK_QUEUE_GRAPHICS_BIT, "graphics"),
+    (vk.VK_QUEUE_COMPUTE_BIT, "compute"),
+    (vk.VK_QUEUE_TRANSFER_BIT, "transfer"),
+    (vk.VK_QUEUE_SPARSE_BINDING_BIT, "sparse_binding"),
+    (0x20, "video_decode"),
+    (0x40, "video_encode"),
+]
+
+MEMORY_PROPERTY_FLAGS = [
+    (vk.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, "device_local"),
+    (vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT, "host_visible"),
+    (vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT, "host_coherent"),
+    (vk.VK_MEMORY_PROPERTY_HOST_CACHED_BIT, "host_cached"),
+    (vk.VK_MEMORY_PROPERTY_LAZILY_ALLOCATED_BIT, "lazily_allocated"),
+]
+
+SUBGROUP_OPS = [(1, "basic"), (2, "vote"), (4, "arithmetic"), (8, "ballot"), (16, "shuffle"),
+                (32, "shuffle_relative"), (64, "clustered"), (128, "quad")]
+
+COOPMAT_EXT = "VK_KHR_cooperative_matrix"
+VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
+
+_COMPONENT_TYPES = {0: "f16", 1: "f32", 2: "f64", 3: "s8", 4: "s16", 5: "s32", 6: "s64", 7: "u8",
+                    8: "u16", 9: "u32", 10: "u64", 1000141000: "bf16"}
+
+
+def _s(x) -> str:
+    return ffi.string(x).decode("utf-8", "replace") if not isinstance(x, str) else x
+
+
+def _flags(value: int, table) -> list[str]:
+    return [name for bit, name in table if value & bit]
+
+
+def version_string(v: int) -> str:
+    return f"{vk.VK_VERSION_MAJOR(v)}.{vk.VK_VERSION_MINOR(v)}.{vk.VK_VERSION_PATCH(v)}"
+
+
+def driver_version_string(vendor_id: int, v: int) -> str:
+    """Decode driverVersion with each vendor's own packing (it is not standardised)."""
+    if vendor_id == 0x10DE:
+        return f"{(v >> 22) & 0x3FF}.{(v >> 14) & 0xFF}.{(v >> 6) & 0xFF}.{v & 0x3F}"
+    if vendor_id == 0x8086 and os.name == "nt":
+        return f"{v >> 14}.{v & 0x3FFF}"
+    return version_string(v)
+
+
+def icd_file() -> str:
+    """The ICD manifest(s) the loader was pointed at, or 'system' when it searches defaults."""
+    for var in ("VK_DRIVER_FILES", "VK_ICD_FILENAMES"):
+        if os.environ.get(var):
+            return os.environ[var]
+    return "system"
+
+
+def layer_available(name: str) -> bool:
+    with _vk.call("vkEnumerateInstanceLayerProperties"):
+        layers = vk.vkEnumerateInstanceLayerProperties()
+    return any(_s(layer.layerName) == name for layer in layers)
+
+
+def instance_api_version() -> int:
+    try:
+        return vk.vkEnumerateInstanceVersion()
+    except Exception:  # loader older than 1.1
+        return vk.VK_MAKE_VERSION(1, 0, 0)
+
+
+class Instance:
+    """A VkInstance, optionally with the Khronos validation layer and a debug messenger."""
+
+    def __init__(self, validation: bool = False, handle: Any = None):
+        self.owned = handle is None
+        self.validation = validation
+        self.messenger = None
+        self._destroy_messenger = None
+        self.api_version = min(instance_api_version(), vk.VK_MAKE_VERSION(1, 3, 0))
+        if handle is not None:
+            self.handle = handle
+            return
+        layers, exts = [], []
+        if validation:
+            if not layer_available(VALIDATION_LAYER):
+                raise RuntimeError(
+                    f"validation requested but {VALIDATION_LAYER} is not installed "
+                    "(Debian: apt-get install vulkan-validationlayers)"
+                )
+            layers.append(VALIDATION_LAYER)
+            exts.append(vk.VK_EXT_DEBUG_UTILS_EXTENSION_NAME)
+        self._app = vk.VkApplicationInfo(
+            pApplicationName="kbench", applicationVersion=1, pEngineName="kbench",
+            engineVersion=1, apiVersion=self.api_version,
+        )
+        chain = None
+        if validation:
+            # synchronization validation catches missing barriers, the defect kbench exists to fix
+            self._enables = ffi.new("VkValidationFeatureEnableEXT[]", [vk.VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT])
+            chain = vk.VkValidationFeaturesEXT(enabledValidationFeatureCount=1, pEnabledValidationFeatures=self._enables)
+        info = vk.VkInstanceCreateInfo(
+            pNext=chain, pApplicationInfo=self._app,
+            enabledLayerCount=len(layers), ppEnabledLayerNames=layers,
+            enabledExtensionCount=len(exts), ppEnabledExtensionNames=exts,
+        )
+        with _vk.call("vkCreateInstance"):
+            self.handle = vk.vkCreateInstance(info, None)
+        if validation:
+            from .validation import create_messenger
+
+            self.messenger, self._destroy_messenger = create_messenger(self.handle)
+
+    def physical_devices(self) -> list:
+        with _vk.call("vkEnumeratePhysicalDevices"):
+            return list(vk.vkEnumeratePhysicalDevices(self.handle))
+
+    def destroy(self) -> None:
+        if self.messenger is not None:
+            self._destroy_messenger(self.handle, self.messenger, None)
+            self.messenger = None
+        if self.owned and self.handle is not None:
+            vk.vkDestroyInstance(self.handle, None)
+        self.handle = None
+
+
+def device_extensions(pd) -> set[str]:
+    with _vk.call("vkEnumerateDeviceExtensionProperties"):
+        return {_s(e.extensionName) for e in vk.vkEnumerateDeviceExtensionProperties(pd, None)}
+
+
+def query_features(pd, api_version: int, extensions: set[str]) -> tuple[dict[str, bool], dict[str, Any]]:
+    """Supported optional features: (flat dict for users, the raw structs to enable them with)."""
+    f11 = vk.VkPhysicalDeviceVulkan11Features() if api_version >= vk.VK_MAKE_VERSION(1, 2, 0) else None
+    f12 = vk.VkPhysicalDeviceVulkan12Features(pNext=f11) if f11 is not None else None
+    f13 = vk.VkPhysicalDeviceVulkan13Features(pNext=f12) if api_version >= vk.VK_MAKE_VERSION(1, 3, 0) and f12 is not None else None
+    head = f13 if f13 is not None else f12
+    coop = None
+    if COOPMAT_EXT in extensions:
+        coop = vk.VkPhysicalDeviceCooperativeMatrixFeaturesKHR(pNext=head)
+        head = coop
+    f2 = vk.VkPhysicalDeviceFeatures2(pNext=head)
+    vk.vkGetPhysicalDeviceFeatures2(pd, f2)
+    base = f2.features
+    feats = {
+        "float64": bool(base.shaderFloat64),
+        "int64": bool(base.shaderInt64),
+        "int16": bool(base.shaderInt16),
+        "float16": bool(f12.shaderFloat16) if f12 is not None else False,
+        "int8": bool(f12.shaderInt8) if f12 is not None else False,
+        "storage_buffer_16bit": bool(f11.storageBuffer16BitAccess) if f11 is not None else False,
+        "uniform_and_storage_buffer_16bit": bool(f11.uniformAndStorageBuffer16BitAccess) if f11 is not None else False,
+        "storage_buffer_8bit": bool(f12.storageBuffer8BitAccess) if f12 is not None else False,
+        "uniform_and_storage_buffer_8bit": bool(f12.uniformAndStorageBuffer8BitAccess) if f12 is not None else False,
+        "vulkan_memory_model": bool(f12.vulkanMemoryModel) if f12 is not None else False,
+        "vulkan_memory_model_device_scope": bool(f12.vulkanMemoryModelDeviceScope) if f12 is not None else False,
+        "host_query_reset": bool(f12.hostQueryReset) if f12 is not None else False,
+        "buffer_device_address": bool(f12.bufferDeviceAddress) if f12 is not None else False,
+        "subgroup_size_control": bool(f13.subgroupSizeControl) if f13 is not None else False,
+        "compute_full_subgroups": bool(f13.computeFullSubgroups) if f13 is not None else False,
+        "integer_dot_product": bool(f13.shaderIntegerDotProduct) if f13 is not None else False,
+        "maintenance4": bool(f13.maintenance4) if f13 is not None else False,
+        "cooperative_matrix": bool(coop.cooperativeMatrix) if coop is not None else False,
+    }
+    return feats, {"base": base, "f11": f11, "f12": f12, "f13": f13, "coop": coop}
+
+
+def cooperative_matrix_properties(instance, pd, extensions: set[str]) -> list[dict[str, Any]]:
+    if COOPMAT_EXT not in extensions:
+        return []
+    try:
+        fn = vk.vkGetInstanceProcAddr(instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR")
+        props = fn(pd)
+    except Exception:
+        return []
+    out = []
+    for p in props:
+        out.append({
+            "M": p.MSize, "N": p.NSize, "K": p.KSize,
+            "a": _COMPONENT_TYPES.get(p.AType, str(p.AType)), "b": _COMPONENT_TYPES.get(p.BType, str(p.BType)),
+            "c": _COMPONENT_TYPES.get(p.CType, str(p.CType)), "result": _COMPONENT_TYPES.get(p.ResultType, str(p.ResultType)),
+            "saturating": bool(p.saturatingAccumulation), "scope": int(p.scope),
+        })
+    return out
+
+
+def describe(instance_handle, pd, index: int) -> dict[str, Any]:
+    """All properties of physical device ``pd`` as plain Python data."""
+    exts = device_extensions(pd)
+    base_props = vk.vkGetPhysicalDeviceProperties(pd)
+    api = base_props.apiVersion
+    v11 = v12 = None
+    if api >= vk.VK_MAKE_VERSION(1, 2, 0):
+        v11 = vk.VkPhysicalDeviceVulkan11Properties()
+        v12 = vk.VkPhysicalDeviceVulkan12Properties(pNext=v11)
+        vk.vkGetPhysicalDeviceProperties2(pd, vk.VkPhysicalDeviceProperties2(pNext=v12))
+    props = base_props
+    lim = props.limits
+    feats, _ = query_features(pd, api, exts)
+    subgroup_ops = _flags(v11.subgroupSupportedOperations, SUBGROUP_OPS) if v11 is not None else []
+    compute_subgroups = bool(v11.subgroupSupportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT) if v11 is not None else False
+    for op in ("basic", "vote", "arithmetic", "ballot", "shuffle", "shuffle_relative", "clustered", "quad"):
+        feats["subgroup_" + op] = compute_subgroups and op in subgroup_ops
+    mem = vk.vkGetPhysicalDeviceMemoryProperties(pd)
+    heaps = [{"index": i, "size": int(mem.memoryHeaps[i].size),
+              "device_local": bool(mem.memoryHeaps[i].flags & vk.VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)}
+             for i in range(mem.memoryHeapCount)]
+    types = [{"index": i, "heap": int(mem.memoryTypes[i].heapIndex),
+              "flags": _flags(mem.memoryTypes[i].propertyFlags, MEMORY_PROPERTY_FLAGS)}
+             for i in range(mem.memoryTypeCount)]
+    qfs = []
+    for i, q in enumerate(vk.vkGetPhysicalDeviceQueueFamilyProperties(pd)):
+        qfs.append({"index": i, "flags": _flags(q.queueFlags, QUEUE_FLAGS), "count": int(q.queueCount),
+                    "timestamp_valid_bits": int(q.timestampValidBits)})
+    vendor_id = int(props.vendorID)
+    driver_name = _s(v12.driverName) if v12 is not None else ""
+    vendor_name = VENDORS.get(vendor_id, f"0x{vendor_id:04x}")
+    if driver_name in ("llvmpipe", "lavapipe") or "Mesa" in (_s(v12.driverInfo) if v12 is not None else ""):
+        if vendor_id == 0x10005:
+            vendor_name = "Mesa"
+    return {
+        "index": index,
+        "device_name": _s(props.deviceName),
+        "vendor_id": vendor_id,
+        "vendor_name": vendor_name,
+        "device_id": int(props.deviceID),
+        "device_type": DEVICE_TYPES.get(int(props.deviceType), "other"),
+        "driver_name": driver_name,
+        "driver_info": _s(v12.driverInfo) if v12 is not None else "",
+        "driver_version": driver_version_string(vendor_id, int(props.driverVersion)),
+        "driver_version_raw": int(props.driverVersion),
+        "api_version": version_string(api),
+        "timestamp_period": float(lim.timestampPeriod),
+        "timestamps_supported": bool(lim.timestampComputeAndGraphics) or any(q["timestamp_valid_bits"] for q in qfs if "compute" in q["flags"]),
+        "subgroup_size": int(v11.subgroupSize) if v11 is not None else 1,
+        "subgroup_operations": subgroup_ops,
+        "max_work_group_count": tuple(int(x) for x in lim.maxComputeWorkGroupCount),
+        "max_work_group_invocations": int(lim.maxComputeWorkGroupInvocations),
+        "max_work_group_size": tuple(int(x) for x in lim.maxComputeWorkGroupSize),
+        "max_shared_memory": int(lim.maxComputeSharedMemorySize),
+        "max_storage_buffer_range": int(lim.maxStorageBufferRange),
+        "max_push_constants_size": int(lim.maxPushConstantsSize),
+        "max_memory_allocation_count": int(lim.maxMemoryAllocationCount),
+        "min_storage_buffer_offset_alignment": int(lim.minStorageBufferOffsetAlignment),
+        "queue_families": qfs,
+        "memory_heaps": heaps,
+        "memory_types": types,
+        "device_local_bytes": sum(h["size"] for h in heaps if h["device_local"]),
+        "features": feats,
+        "extensions": sorted(exts),
+        "cooperative_matrix_properties": cooperative_matrix_properties(instance_handle, pd, exts),
+        "icd_file": icd_file(),
+    }

@@ -1,0 +1,442 @@
+"""Manager: owns the Vulkan instance, device, queues and everything made from them."""
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+import weakref
+from typing import Any, Iterable
+
+import numpy as np
+
+from . import _vk, validation as _validation
+from ._vk import lib, vk
+from .algorithm import Algorithm, Pipeline
+from .descriptors import DescriptorAllocator
+from .device import COOPMAT_EXT, Instance, describe, device_extensions, query_features
+from .errors import DeviceLostError, ValidationError
+from .memory import StagingPool
+from .sequence import Sequence
+from .tensor import Tensor, TensorTypes, numpy_dtype
+
+
+def _validation_default() -> bool:
+    return os.environ.get("KBENCH_VALIDATION", "").lower() in ("1", "true", "yes", "on")
+
+
+def list_devices() -> list[dict[str, Any]]:
+    """Properties of every physical device the Vulkan loader finds."""
+    inst = Instance(validation=False)
+    try:
+        return [describe(inst.handle, pd, i) for i, pd in enumerate(inst.physical_devices())]
+    finally:
+        inst.destroy()
+
+
+# (feature struct key, field names) that kbench enables whenever the device supports them, so
+# shaders that need them can run (Kompute cannot enable features: its issue 270)
+_ENABLE = {
+    "base": ["shaderFloat64", "shaderInt64", "shaderInt16"],
+    "f11": ["storageBuffer16BitAccess", "uniformAndStorageBuffer16BitAccess"],
+    "f12": ["shaderFloat16", "shaderInt8", "storageBuffer8BitAccess", "uniformAndStorageBuffer8BitAccess",
+            "vulkanMemoryModel", "vulkanMemoryModelDeviceScope", "hostQueryReset", "timelineSemaphore"],
+    "f13": ["subgroupSizeControl", "computeFullSubgroups", "shaderIntegerDotProduct", "maintenance4"],
+    "coop": ["cooperativeMatrix"],
+}
+
+
+class Manager:
+    """Kompute's Manager: picks a device, creates queues, and makes tensors, algorithms, sequences.
+
+    ``family_queue_indices``: one queue per entry, of that queue family (repeat an index for
+    several queues of one family); empty means one queue of the first compute family.
+    ``validation``: enable the Khronos validation layer (default: env ``KBENCH_VALIDATION``).
+    """
+
+    def __init__(self, device: int = 0, family_queue_indices: Iterable[int] | None = None,
+                 desired_extensions: Iterable[str] | None = None, *, validation: bool | None = None):
+        self._init_state()
+        if not isinstance(device, int) or isinstance(device, bool):
+            raise TypeError(f"device must be an int index, got {type(device).__name__}")
+        validation = _validation_default() if validation is None else bool(validation)
+        self._instance = Instance(validation=validation)
+        try:
+            if validation:
+                _validation.register(self._messages)
+            pds = self._instance.physical_devices()
+            if not pds:
+                raise RuntimeError("no Vulkan physical device found (is a driver such as mesa-vulkan-drivers installed?)")
+            if not 0 <= device < len(pds):
+                raise IndexError(f"device index {device} is out of range: {len(pds)} Vulkan device(s) found")
+            self._physical = pds[device]
+            self._props = describe(self._instance.handle, self._physical, device)
+            self._create_device(list(family_queue_indices or []), list(desired_extensions or []))
+            self._finish_init()
+        except BaseException:
+            self._teardown()
+            raise
+
+    @classmethod
+    def from_vulkan(cls, instance, physical_device, device, queues: list[tuple[int, Any]]) -> "Manager":
+        """Wrap a device made elsewhere with the same ``vulkan`` package (Kompute's
+        bring-your-own-Vulkan). ``queues``: ``[(family_index, VkQueue), ...]``. Only objects
+        this Manager creates are destroyed by it; the instance and device stay the caller's."""
+        self = cls.__new__(cls)
+        self._init_state()
+        if not queues:
+            raise ValueError("from_vulkan needs at least one (family_index, VkQueue) pair")
+        self._instance = Instance(handle=instance)
+        self._physical = physical_device
+        self._props = describe(instance, physical_device, 0)
+        self._device = device
+        self._owns_device = False
+        per_family: dict[int, int] = {}
+        for fam, q in queues:
+            if not 0 <= fam < len(self._props["queue_families"]):
+                raise ValueError(f"queue family {fam} does not exist on this device")
+            per_family[fam] = per_family.get(fam, -1) + 1
+            self._queues.append((q, fam, self._queue_lock(q), per_family[fam]))
+        self._finish_init()
+        return self
+
+    # --- Kompute API ---------------------------------------------------------------------------
+    def tensor(self, data: Any, tensor_type: TensorTypes = TensorTypes.device) -> Tensor:
+        """A float32 tensor from ``data`` (flattened)."""
+        self._check_alive()
+        arr = np.asarray(data, dtype=np.float32).reshape(-1)
+        return self._make_tensor(arr, tensor_type)
+
+    def tensor_t(self, data: Any, tensor_type: TensorTypes = TensorTypes.device) -> Tensor:
+        """A tensor keeping ``data``'s dtype (float32, float64, int32, uint32, bool and kbench's
+        float16, int8, uint8, int16, uint16, int64, uint64)."""
+        self._check_alive()
+        if not isinstance(data, np.ndarray):
+            raise TypeError(f"tensor_t expects a numpy array, got {type(data).__name__} (use tensor() for lists)")
+        dt = numpy_dtype(data.dtype)
+        return self._make_tensor(np.ascontiguousarray(data, dtype=dt).reshape(-1), tensor_type)
+
+    def buffer(self, nbytes: int, tensor_type: TensorTypes = TensorTypes.storage) -> Tensor:
+        """A zero-filled uint8 tensor of ``nbytes`` bytes (raw storage for shaders)."""
+        self._check_alive()
+        if not isinstance(nbytes, (int, np.integer)) or isinstance(nbytes, bool) or nbytes <= 0:
+            raise ValueError(f"nbytes must be a positive int, got {nbytes!r}")
+        tensor_type = self._tensor_type(tensor_type)
+        return Tensor(self, np.zeros(int(nbytes), np.uint8), tensor_type, zero=True)
+
+    def algorithm(self, tensors: Iterable[Tensor] | None = None, spirv: bytes | None = None,
+                  workgroup=None, spec_consts=None, push_consts=None) -> Algorithm:
+        """An algorithm over ``tensors`` (binding i = tensor i). ``workgroup`` is the dispatch grid.
+        With no tensors and no SPIR-V: an empty algorithm to be rebuilt (e.g. by OpMult)."""
+        self._check_alive()
+        if tensors is None and spirv is None:
+            algo = Algorithm.__new__(Algorithm)
+            algo._mgr, algo._pipeline, algo._key, algo._set, algo._destroyed = self, None, None, None, False
+            algo._tensors, algo._push, algo._spec = [], np.zeros(0, np.float32), np.zeros(0, np.float32)
+            algo._workgroup, algo._info = (0, 0, 0), None
+            self._track(algo)
+            return algo
+        if spirv is None:
+            raise ValueError("algorithm needs SPIR-V (bytes)")
+        return Algorithm(self, list(tensors or []), spirv, workgroup, spec_consts, push_consts)
+
+    def sequence(self, queue_index: int = 0, total_timestamps: int = 0) -> Sequence:
+        """A sequence on queue ``queue_index`` (index into this Manager's queues)."""
+        return Sequence(self, queue_index, total_timestamps)
+
+    def list_devices(self) -> list[dict[str, Any]]:
+        self._check_alive()
+        return [describe(self._instance.handle, pd, i) for i, pd in enumerate(self._instance.physical_devices())]
+
+    def get_device_properties(self) -> dict[str, Any]:
+        return dict(self._props)
+
+    def destroy(self) -> None:
+        """Wait for the device, then free everything this Manager made, in dependency order."""
+        if not self._alive and self._device is None:
+            return
+        self._alive = False
+        self._teardown()
+
+    def __enter__(self) -> "Manager":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.destroy()
+
+    def __del__(self):
+        try:
+            self.destroy()
+        except Exception:
+            pass
+
+    # --- kbench additions ----------------------------------------------------------------------
+    @property
+    def queues(self) -> list[tuple[int, int]]:
+        """(family, index within family) for each queue, in queue_index order."""
+        return [(fam, idx) for _, fam, _, idx in self._queues]
+
+    def get_stats(self) -> dict[str, int]:
+        """Live object counts (for leak checks)."""
+        s = dict(self._stats)
+        s["tensors"] = len(self._tensors)
+        s["algorithms"] = len(self._algorithms)
+        s["staging_idle_bytes"] = self._staging.idle_bytes if self._staging else 0
+        s["cached_pipelines"] = len(self._pipelines)
+        return s
+
+    def validation_messages(self) -> list[str]:
+        """Warnings and errors the validation layer reported so far (empty without validation)."""
+        return list(self._messages)
+
+    def check_validation(self) -> None:
+        """Raise ValidationError if the validation layer reported anything."""
+        if self._messages:
+            raise ValidationError(f"{len(self._messages)} validation message(s):\n" + "\n".join(self._messages[:20]))
+
+    def wait_idle(self) -> None:
+        self._check_alive()
+        self._result(lib.vkDeviceWaitIdle(self._device), "vkDeviceWaitIdle")
+
+    # --- internals -----------------------------------------------------------------------------
+    def _init_state(self) -> None:
+        self._alive = False
+        self._lost = False
+        self._device = None
+        self._owns_device = True
+        self._instance = None
+        self._queues: list = []
+        self._messages: list[str] = []
+        self._tensors: weakref.WeakSet = weakref.WeakSet()
+        self._algorithms: weakref.WeakSet = weakref.WeakSet()
+        self._sequences: weakref.WeakSet = weakref.WeakSet()
+        self._pipelines: dict = {}
+        self._set_layouts: dict = {}
+        self._descriptors = None
+        self._staging = None
+        self._pipeline_cache = None
+        self._stats = {"buffers": 0, "buffer_bytes": 0, "pipelines": 0, "descriptor_sets": 0, "sequences": 0}
+        self._lock = threading.RLock()
+        self._teardown_pending = False
+
+    def _queue_lock(self, q) -> threading.Lock:
+        return threading.Lock()
+
+    def _create_device(self, families: list[int], desired_extensions: list[str]) -> None:
+        qfs = self._props["queue_families"]
+        if not families:
+            compute = [q["index"] for q in qfs if "compute" in q["flags"]]
+            if not compute:
+                raise RuntimeError(f"{self._props['device_name']} has no compute queue family")
+            families = [compute[0]]
+        counts: dict[int, int] = {}
+        for i, fam in enumerate(families):
+            if not isinstance(fam, int) or isinstance(fam, bool):
+                raise TypeError(f"family_queue_indices[{i}] must be an int, got {fam!r}")
+            if not 0 <= fam < len(qfs):
+                raise ValueError(f"family_queue_indices[{i}] = {fam}: no such queue family "
+                                 f"(this device has families 0..{len(qfs) - 1})")
+            if "compute" not in qfs[fam]["flags"]:
+                raise ValueError(f"family_queue_indices[{i}] = {fam}: queue family {fam} has no compute support "
+                                 f"(flags: {', '.join(qfs[fam]['flags'])})")
+            counts[fam] = counts.get(fam, 0) + 1
+            if counts[fam] > qfs[fam]["count"]:
+                raise ValueError(f"family_queue_indices asks for {counts[fam]} queues of family {fam}, "
+                                 f"which has only {qfs[fam]['count']}")
+        available = device_extensions(self._physical)
+        exts = []
+        for e in desired_extensions:
+            if e in available:
+                exts.append(e)
+            else:
+                warnings.warn(f"desired extension {e} is not supported by {self._props['device_name']}; ignored",
+                              stacklevel=3)
+        if COOPMAT_EXT in available and COOPMAT_EXT not in exts:
+            exts.append(COOPMAT_EXT)
+        api = vk.vkGetPhysicalDeviceProperties(self._physical).apiVersion
+        _, supported = query_features(self._physical, api, available)
+        self._enabled = self._feature_chain(supported, api, COOPMAT_EXT in exts)
+        self._priorities = {fam: [1.0] * n for fam, n in counts.items()}
+        qinfos = [vk.VkDeviceQueueCreateInfo(queueFamilyIndex=fam, queueCount=n, pQueuePriorities=self._priorities[fam])
+                  for fam, n in counts.items()]
+        info = vk.VkDeviceCreateInfo(pNext=self._enabled["head"], queueCreateInfoCount=len(qinfos), pQueueCreateInfos=qinfos,
+                                     enabledExtensionCount=len(exts), ppEnabledExtensionNames=exts or None,
+                                     pEnabledFeatures=None if self._enabled["head"] is not None else self._enabled["base"])
+        with _vk.call("vkCreateDevice"):
+            self._device = vk.vkCreateDevice(self._physical, info, None)
+        self._extensions = exts
+        used: dict[int, int] = {}
+        locks: dict[tuple[int, int], threading.Lock] = {}
+        for fam in families:
+            idx = used.get(fam, 0)
+            used[fam] = idx + 1
+            q = vk.vkGetDeviceQueue(self._device, fam, idx)
+            self._queues.append((q, fam, locks.setdefault((fam, idx), threading.Lock()), idx))
+
+    def _feature_chain(self, supported: dict, api: int, coop: bool) -> dict:
+        """Feature structs enabling every supported feature kbench's shaders may need."""
+        base = vk.VkPhysicalDeviceFeatures(**{f: vk.VK_TRUE for f in _ENABLE["base"] if getattr(supported["base"], f)})
+        out: dict[str, Any] = {"base": base, "head": None}
+        if supported["f11"] is None:
+            return out
+        f11 = vk.VkPhysicalDeviceVulkan11Features(**{f: vk.VK_TRUE for f in _ENABLE["f11"] if getattr(supported["f11"], f)})
+        f12 = vk.VkPhysicalDeviceVulkan12Features(pNext=f11, **{f: vk.VK_TRUE for f in _ENABLE["f12"] if getattr(supported["f12"], f)})
+        head = f12
+        f13 = None
+        if supported["f13"] is not None:
+            f13 = vk.VkPhysicalDeviceVulkan13Features(pNext=f12, **{f: vk.VK_TRUE for f in _ENABLE["f13"] if getattr(supported["f13"], f)})
+            head = f13
+        c = None
+        if coop and supported["coop"] is not None and supported["coop"].cooperativeMatrix:
+            c = vk.VkPhysicalDeviceCooperativeMatrixFeaturesKHR(pNext=head, cooperativeMatrix=vk.VK_TRUE)
+            head = c
+        f2 = vk.VkPhysicalDeviceFeatures2(pNext=head, features=base)
+        out.update({"f11": f11, "f12": f12, "f13": f13, "coop": c, "f2": f2, "head": f2})
+        return out
+
+    def _finish_init(self) -> None:
+        self._max_allocation_size = 1 << 62
+        if self._props["api_version"] >= "1.1":
+            v3 = vk.VkPhysicalDeviceMaintenance3Properties()
+            vk.vkGetPhysicalDeviceProperties2(self._physical, vk.VkPhysicalDeviceProperties2(pNext=v3))
+            self._max_allocation_size = int(v3.maxMemoryAllocationSize)
+        self._mem_props = vk.vkGetPhysicalDeviceMemoryProperties(self._physical)
+        with _vk.call("vkCreatePipelineCache"):
+            self._pipeline_cache = vk.vkCreatePipelineCache(self._device, vk.VkPipelineCacheCreateInfo(), None)
+        self._descriptors = DescriptorAllocator(self)
+        self._staging = StagingPool(self)
+        self._alive = True
+        self._util_seq: Sequence | None = None
+
+    def _make_tensor(self, arr: np.ndarray, tensor_type) -> Tensor:
+        tensor_type = self._tensor_type(tensor_type)
+        if arr.size == 0:
+            raise ValueError("cannot create a zero-size tensor")
+        return Tensor(self, arr, tensor_type)
+
+    @staticmethod
+    def _tensor_type(tensor_type) -> TensorTypes:
+        try:
+            return TensorTypes(tensor_type)
+        except ValueError:
+            raise ValueError(f"unknown tensor_type {tensor_type!r}; use kbench.runtime.TensorTypes") from None
+
+    def _zero_fill(self, tensor: Tensor) -> None:
+        from .ops import OpTensorFill
+
+        if self._util_seq is None:
+            self._util_seq = Sequence(self, 0)
+        self._util_seq.eval(OpTensorFill(tensor, 0))
+        self._util_seq.clear()
+
+    def _set_layout(self, n: int):
+        layout = self._set_layouts.get(n)
+        if layout is None:
+            bindings = [vk.VkDescriptorSetLayoutBinding(binding=i, descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                                        descriptorCount=1, stageFlags=vk.VK_SHADER_STAGE_COMPUTE_BIT)
+                        for i in range(n)]
+            with _vk.call("vkCreateDescriptorSetLayout"):
+                layout = vk.vkCreateDescriptorSetLayout(self._device, vk.VkDescriptorSetLayoutCreateInfo(
+                    bindingCount=n, pBindings=bindings), None)
+            self._set_layouts[n] = layout
+        return layout
+
+    def _acquire_pipeline(self, key, spirv, info, n_bindings, spec) -> Pipeline:
+        with self._lock:
+            p = self._pipelines.get(key)
+            if p is None:
+                p = Pipeline(self, spirv, info, n_bindings, spec)
+                self._pipelines[key] = p
+            p.refs += 1
+            return p
+
+    def _release_pipeline(self, key) -> None:
+        with self._lock:
+            p = self._pipelines.get(key)
+            if p is None:
+                return
+            p.refs -= 1
+            # keep a few idle pipelines so rebuilding the same algorithm is cheap
+            idle = [k for k, v in self._pipelines.items() if v.refs == 0]
+            while len(idle) > 32:
+                k = idle.pop(0)
+                self._pipelines.pop(k).destroy()
+
+    def _track(self, obj) -> None:
+        if isinstance(obj, Tensor):
+            self._tensors.add(obj)
+        elif isinstance(obj, Algorithm):
+            self._algorithms.add(obj)
+        elif isinstance(obj, Sequence):
+            self._sequences.add(obj)
+
+    def _untrack(self, obj) -> None:
+        for s in (self._tensors, self._algorithms, self._sequences):
+            s.discard(obj)
+
+    def _before_free(self, obj) -> None:
+        """Wait for running sequences that use ``obj`` before its Vulkan objects go away."""
+        for seq in list(self._sequences):
+            if seq._running and seq.uses(obj):
+                seq.eval_await()
+
+    def _check_alive(self) -> None:
+        if self._lost:
+            raise DeviceLostError("the Vulkan device was lost earlier; create a new Manager", "VK_ERROR_DEVICE_LOST")
+        if not self._alive:
+            raise RuntimeError("this Manager has been destroyed")
+
+    def _result(self, code: int, what: str) -> None:
+        if code == vk.VK_ERROR_DEVICE_LOST:
+            self._lost = True
+        _vk.check(code, what)
+
+    def _maybe_finish_destroy(self) -> None:
+        if self._teardown_pending and self._stats["buffers"] == 0:
+            self._destroy_device()
+
+    def _teardown(self) -> None:
+        self._alive = False
+        if self._device is not None:
+            try:
+                lib.vkDeviceWaitIdle(self._device)
+            except Exception:
+                pass
+            for seq in list(self._sequences):
+                seq._running = False
+                seq.destroy()
+            if self._util_seq is not None:
+                self._util_seq.destroy()
+                self._util_seq = None
+            for algo in list(self._algorithms):
+                algo.destroy()
+            for t in list(self._tensors):
+                t.destroy()
+            for p in self._pipelines.values():
+                p.destroy()
+            self._pipelines = {}
+            if self._descriptors is not None:
+                self._descriptors.destroy()
+            for layout in self._set_layouts.values():
+                vk.vkDestroyDescriptorSetLayout(self._device, layout, None)
+            self._set_layouts = {}
+            if self._staging is not None:
+                self._staging.destroy()
+            if self._pipeline_cache is not None:
+                vk.vkDestroyPipelineCache(self._device, self._pipeline_cache, None)
+                self._pipeline_cache = None
+            if self._stats["buffers"]:
+                # NumPy views of mapped tensor memory are still alive: the device (and the
+                # instance) go when the last view does, so those arrays never dangle
+                self._teardown_pending = True
+                return
+        self._destroy_device()
+
+    def _destroy_device(self) -> None:
+        self._teardown_pending = False
+        if self._device is not None and self._owns_device:
+            vk.vkDestroyDevice(self._device, None)
+        self._device = None
+        if self._instance is not None:
+            self._instance.destroy()
+            self._instance = None
+        _validation.unregister(self._messages)

@@ -1,0 +1,322 @@
+"""Sequence: one command buffer on one queue, with automatic barriers and GPU timestamps."""
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from . import _vk
+from ._vk import UINT64_MAX, ffi, lib, vk
+from .errors import DeviceLostError
+from .ops import OpBase
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .manager import Manager
+
+_SHADER_OR_TRANSFER = vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | vk.VK_PIPELINE_STAGE_TRANSFER_BIT
+_WRITES = vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT
+_READS_WRITES = (vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_READ_BIT
+                 | vk.VK_ACCESS_TRANSFER_WRITE_BIT)
+
+
+class Sequence:
+    """Records ops into one command buffer and submits it to one queue.
+
+    Barriers: before an op that reads or writes something an earlier op in the sequence wrote, or
+    writes something an earlier op read, a compute/transfer barrier is recorded; independent ops
+    are left to overlap. The first command orders the sequence after earlier submissions.
+    """
+
+    def __init__(self, mgr: "Manager", queue_index: int = 0, total_timestamps: int = 0):
+        mgr._check_alive()
+        if not isinstance(queue_index, int) or isinstance(queue_index, bool):
+            raise TypeError(f"queue_index must be an int, got {type(queue_index).__name__}")
+        if not 0 <= queue_index < len(mgr._queues):
+            raise IndexError(f"queue_index {queue_index} is out of range: this Manager has {len(mgr._queues)} "
+                             f"queue(s) (families {[q[1] for q in mgr._queues]})")
+        if not isinstance(total_timestamps, int) or total_timestamps < 0:
+            raise ValueError(f"total_timestamps must be a non-negative int, got {total_timestamps!r}")
+        self._mgr = mgr
+        self._queue, self.family, self._qlock, self.queue_in_family = mgr._queues[queue_index]
+        self.queue_index = queue_index
+        self._pool = self._cmd = self._fence = self._query_pool = None
+        dev = mgr._device
+        with _vk.call("vkCreateCommandPool"):
+            self._pool = vk.vkCreateCommandPool(dev, vk.VkCommandPoolCreateInfo(
+                flags=vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT, queueFamilyIndex=self.family), None)
+        try:
+            with _vk.call("vkAllocateCommandBuffers"):
+                self._cmd = vk.vkAllocateCommandBuffers(dev, vk.VkCommandBufferAllocateInfo(
+                    commandPool=self._pool, level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, commandBufferCount=1))[0]
+            with _vk.call("vkCreateFence"):
+                self._fence = vk.vkCreateFence(dev, vk.VkFenceCreateInfo(), None)
+            self._fences = ffi.new("VkFence[1]", [self._fence])
+            self._timestamps_cap = total_timestamps
+            if total_timestamps:
+                bits = mgr._props["queue_families"][self.family]["timestamp_valid_bits"]
+                if not bits:
+                    raise ValueError(f"queue family {self.family} does not support timestamps "
+                                     "(timestampValidBits = 0)")
+                self._ts_mask = (1 << bits) - 1 if bits < 64 else UINT64_MAX
+                with _vk.call("vkCreateQueryPool"):
+                    self._query_pool = vk.vkCreateQueryPool(dev, vk.VkQueryPoolCreateInfo(
+                        queryType=vk.VK_QUERY_TYPE_TIMESTAMP, queryCount=total_timestamps), None)
+        except BaseException:
+            self._free_objects()
+            raise
+        self._ops: list[OpBase] = []
+        self._recording = False
+        self._running = False
+        self._ended = False
+        self._ts_written = 0
+        self._written: set = set()
+        self._read: set = set()
+        self._submit = ffi.new("VkSubmitInfo*")
+        self._cmds = ffi.new("VkCommandBuffer[1]", [self._cmd])
+        self._submit.sType = vk.VK_STRUCTURE_TYPE_SUBMIT_INFO
+        self._submit.commandBufferCount = 1
+        self._submit.pCommandBuffers = self._cmds
+        self._destroyed = False
+        self._lock = threading.RLock()
+        mgr._track(self)
+        mgr._stats["sequences"] += 1
+
+    # --- Kompute API ---------------------------------------------------------------------------
+    def record(self, op: OpBase) -> "Sequence":
+        """Append ``op`` to the command buffer (starting a new recording after an eval)."""
+        self._check()
+        if not isinstance(op, OpBase):
+            raise TypeError(f"record expects an op (kbench.runtime.OpBase), got {type(op).__name__}")
+        if self._running:
+            raise RuntimeError("cannot record while the sequence is running: call eval_await() first")
+        if self._ended:
+            self.clear()
+        if not self._recording:
+            self._begin()
+        self._record_op(op)
+        self._ops.append(op)
+        return self
+
+    def eval(self, op: OpBase | None = None) -> "Sequence":
+        """Submit and wait. With ``op``: clear, record ``op`` alone, submit and wait."""
+        self.eval_async(op)
+        self.eval_await()
+        return self
+
+    def eval_async(self, op: OpBase | None = None) -> "Sequence":
+        """Submit without waiting (truly asynchronous); finish with ``eval_await``."""
+        self._check()
+        if self._running:
+            raise RuntimeError("sequence is already running: call eval_await() before submitting again")
+        if op is not None:
+            self.clear()
+            self.record(op)
+        if self._recording:
+            self._end()
+        if not self._ended:
+            raise RuntimeError("nothing recorded: record an op before eval")
+        for o in self._ops:
+            o.pre_eval(self)
+        dev = self._mgr._device
+        with self._qlock:
+            lib.vkResetFences(dev, 1, self._fences)
+            res = lib.vkQueueSubmit(self._queue, 1, self._submit, self._fence)
+        self._mgr._result(res, "vkQueueSubmit")
+        self._running = True
+        return self
+
+    def eval_await(self, timeout_ns: int | None = None) -> bool:
+        """Wait for the submitted work. Returns True when it finished, False on timeout (the
+        sequence then stays running and a later ``eval_await`` completes it)."""
+        self._check()
+        if not self._running:
+            return True
+        if timeout_ns is None:
+            timeout = UINT64_MAX
+        else:
+            if not isinstance(timeout_ns, int) or timeout_ns < 0:
+                raise ValueError(f"timeout_ns must be a non-negative int (nanoseconds) or None, got {timeout_ns!r}")
+            timeout = min(timeout_ns, UINT64_MAX)
+        res = lib.vkWaitForFences(self._mgr._device, 1, self._fences, vk.VK_TRUE, timeout)
+        if res == vk.VK_TIMEOUT:
+            return False
+        self._mgr._result(res, "vkWaitForFences")
+        self._running = False
+        for o in self._ops:
+            o.post_eval(self)
+        return True
+
+    def is_recording(self) -> bool:
+        return self._recording
+
+    def is_running(self) -> bool:
+        """True from submission until ``eval_await`` has seen the work finish."""
+        return self._running
+
+    def is_init(self) -> bool:
+        return not self._destroyed and self._mgr._alive
+
+    def clear(self) -> None:
+        """Drop all recorded ops (waits for a running submission first)."""
+        self._check()
+        if self._running:
+            self.eval_await()
+        for o in self._ops:
+            o.release()
+        self._ops = []
+        if self._recording or self._ended:
+            lib.vkResetCommandBuffer(self._cmd, 0)
+        self._recording = False
+        self._ended = False
+
+    def rerecord(self) -> None:
+        """Record the same ops again (after an algorithm was rebuilt, say)."""
+        self._check()
+        if self._running:
+            self.eval_await()
+        ops = self._ops
+        lib.vkResetCommandBuffer(self._cmd, 0)
+        self._recording = self._ended = False
+        self._ops = []
+        self._begin()
+        for o in ops:
+            self._record_op(o)
+            self._ops.append(o)
+
+    def get_timestamps(self) -> list[int]:
+        """GPU timestamps in nanoseconds: one at the start and one after each op (ops + 1)."""
+        self._check()
+        if self._query_pool is None:
+            return []
+        if self._running:
+            raise RuntimeError("timestamps are not ready: call eval_await() first")
+        n = self._ts_written
+        if n == 0:
+            return []
+        data = ffi.new("uint64_t[]", n)
+        res = lib.vkGetQueryPoolResults(self._mgr._device, self._query_pool, 0, n, 8 * n, data, 8,
+                                        vk.VK_QUERY_RESULT_64_BIT | vk.VK_QUERY_RESULT_WAIT_BIT)
+        self._mgr._result(res, "vkGetQueryPoolResults")
+        period = self._mgr._props["timestamp_period"]
+        return [int(round((data[i] & self._ts_mask) * period)) for i in range(n)]
+
+    def destroy(self) -> None:
+        if self._destroyed:
+            return
+        if self._running and self._mgr._alive:
+            try:
+                self.eval_await()
+            except DeviceLostError:
+                pass
+        for o in self._ops:
+            o.release()
+        self._ops = []
+        self._free_objects()
+        self._destroyed = True
+        self._mgr._stats["sequences"] -= 1
+        self._mgr._untrack(self)
+
+    # --- kbench additions ----------------------------------------------------------------------
+    def ops(self) -> list[OpBase]:
+        return list(self._ops)
+
+    def uses(self, obj) -> bool:
+        """Whether a recorded op touches tensor or algorithm ``obj``."""
+        for o in self._ops:
+            if getattr(o, "algorithm", None) is obj:
+                return True
+            if any(t is obj for t, _ in o.accesses()):
+                return True
+        return False
+
+    # --- recording internals (used by the ops) -------------------------------------------------
+    def _begin(self) -> None:
+        info = vk.VkCommandBufferBeginInfo()
+        with _vk.call("vkBeginCommandBuffer"):
+            vk.vkBeginCommandBuffer(self._cmd, info)
+        self._recording = True
+        self._ended = False
+        self._ts_written = 0
+        self._written = set()
+        self._read = set()
+        if self._query_pool is not None:
+            lib.vkCmdResetQueryPool(self._cmd, self._query_pool, 0, self._timestamps_cap)
+        # order this submission after whatever ran earlier on the queue
+        self._cmd_barrier(vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT,
+                          vk.VK_ACCESS_MEMORY_WRITE_BIT, vk.VK_ACCESS_MEMORY_READ_BIT | vk.VK_ACCESS_MEMORY_WRITE_BIT)
+        self._timestamp()
+
+    def _end(self) -> None:
+        _vk.check(lib.vkEndCommandBuffer(self._cmd), "vkEndCommandBuffer")
+        self._recording = False
+        self._ended = True
+
+    def _record_op(self, op: OpBase) -> None:
+        acc = op.accesses()
+        hazard = False
+        for t, writes in acc:
+            key = id(t)
+            if key in self._written or (writes and key in self._read):
+                hazard = True
+                break
+        if hazard:
+            self._cmd_barrier(_SHADER_OR_TRANSFER, _SHADER_OR_TRANSFER, _WRITES, _READS_WRITES)
+            self._written = set()
+            self._read = set()
+        op.record(self)
+        for t, writes in acc:
+            (self._written if writes else self._read).add(id(t))
+        self._timestamp()
+
+    def _timestamp(self) -> None:
+        if self._query_pool is not None and self._ts_written < self._timestamps_cap:
+            lib.vkCmdWriteTimestamp(self._cmd, vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, self._query_pool, self._ts_written)
+            self._ts_written += 1
+
+    def _cmd_copy(self, src, dst, src_offset: int, dst_offset: int, size: int) -> None:
+        region = ffi.new("VkBufferCopy*", {"srcOffset": src_offset, "dstOffset": dst_offset, "size": size})
+        lib.vkCmdCopyBuffer(self._cmd, src, dst, 1, region)
+
+    def _cmd_barrier(self, src_stage: int, dst_stage: int, src_access: int, dst_access: int) -> None:
+        mb = ffi.new("VkMemoryBarrier*", {"sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                                          "srcAccessMask": src_access, "dstAccessMask": dst_access})
+        lib.vkCmdPipelineBarrier(self._cmd, src_stage, dst_stage, 0, 1, mb, 0, ffi.NULL, 0, ffi.NULL)
+
+    def _cmd_buffer_barriers(self, buffers, sizes, src_stage, dst_stage, src_access, dst_access) -> None:
+        arr = ffi.new("VkBufferMemoryBarrier[]", len(buffers))
+        for i, (b, s) in enumerate(zip(buffers, sizes)):
+            arr[i].sType = vk.VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER
+            arr[i].srcAccessMask = src_access
+            arr[i].dstAccessMask = dst_access
+            arr[i].srcQueueFamilyIndex = vk.VK_QUEUE_FAMILY_IGNORED
+            arr[i].dstQueueFamilyIndex = vk.VK_QUEUE_FAMILY_IGNORED
+            arr[i].buffer = b
+            arr[i].offset = 0
+            arr[i].size = max(4, (s + 3) // 4 * 4)
+        lib.vkCmdPipelineBarrier(self._cmd, src_stage, dst_stage, 0, 0, ffi.NULL, len(buffers), arr, 0, ffi.NULL)
+
+    def _cmd_dispatch(self, pipeline, dset, push: bytes, grid) -> None:
+        cmd = self._cmd
+        lib.vkCmdBindPipeline(cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.pipeline)
+        sets = ffi.new("VkDescriptorSet[1]", [dset])
+        lib.vkCmdBindDescriptorSets(cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, 1, sets, 0, ffi.NULL)
+        if push:
+            lib.vkCmdPushConstants(cmd, pipeline.layout, vk.VK_SHADER_STAGE_COMPUTE_BIT, 0, len(push), push)
+        lib.vkCmdDispatch(cmd, grid[0], grid[1], grid[2])
+
+    # --- lifetime ------------------------------------------------------------------------------
+    def _check(self) -> None:
+        if self._destroyed:
+            raise RuntimeError("sequence has been destroyed")
+        self._mgr._check_alive()
+
+    def _free_objects(self) -> None:
+        dev = self._mgr._device
+        if dev is None:
+            return
+        if self._query_pool is not None:
+            vk.vkDestroyQueryPool(dev, self._query_pool, None)
+        if self._fence is not None:
+            vk.vkDestroyFence(dev, self._fence, None)
+        if self._pool is not None:
+            vk.vkDestroyCommandPool(dev, self._pool, None)  # frees its command buffers
+        self._query_pool = self._fence = self._pool = self._cmd = None
