@@ -1,0 +1,48 @@
+"""Shared fixtures: a Manager per test with the Khronos validation layer on where installed.
+
+Any validation warning or error during a test fails it (KBENCH_VALIDATION=0 turns this off)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def _validation_wanted() -> bool:
+    if os.environ.get("KBENCH_VALIDATION", "1").lower() in ("0", "false", "no", "off"):
+        return False
+    try:
+        from kbench.runtime.device import VALIDATION_LAYER, layer_available
+
+        return layer_available(VALIDATION_LAYER)
+    except Exception:
+        return False
+
+
+VALIDATION = _validation_wanted()
+
+
+@pytest.fixture
+def mgr():
+    import kbench.runtime as kp
+
+    m = kp.Manager(validation=VALIDATION)
+    yield m
+    messages = m.validation_messages()
+    m.destroy()
+    assert not messages, "validation layer reported:\n" + "\n".join(messages)
+
+
+@pytest.fixture(scope="session")
+def compile_glsl():
+    """Compile GLSL with a per-session cache (glslangValidator costs ~50 ms per call)."""
+    import kbench.runtime as kp
+
+    cache: dict[str, bytes] = {}
+
+    def compile_(src: str) -> bytes:
+        if src not in cache:
+            cache[src] = kp.compile_source(src)
+        return cache[src]
+
+    return compile_
