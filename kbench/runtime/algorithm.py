@@ -9,7 +9,7 @@ import numpy as np
 from . import _vk
 from ._vk import ffi, vk
 from .errors import UnsupportedFeatureError
-from .spirv import Scalar, ShaderInfo, reflect
+from .spirv import Scalar, ShaderInfo, reflect, validate_with_spirv_val
 from .tensor import Tensor
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -259,6 +259,8 @@ class Algorithm:
         self._spirv = spirv
         self._workgroup = self._grid(workgroup)
         key = (hashlib.sha256(spirv).digest(), spec.dtype.str, spec.tobytes(), len(tensors))
+        if key not in mgr._pipelines:
+            validate_with_spirv_val(spirv, "vulkan1.3" if mgr._props["api_version"] >= "1.3" else "vulkan1.1")
         self._pipeline = mgr._acquire_pipeline(key, spirv, info, len(tensors), spec)
         self._key = key
         try:

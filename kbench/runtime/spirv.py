@@ -34,6 +34,7 @@ _OP_SPEC_CONSTANT = 50
 _OP_VARIABLE = 59
 _OP_DECORATE = 71
 _OP_MEMBER_DECORATE = 72
+_OP_FUNCTION_END = 56
 
 _DEC_SPEC_ID = 1
 _DEC_BLOCK = 2
@@ -176,6 +177,7 @@ def reflect(spirv: bytes) -> ShaderInfo:
 
     i = 5
     n = len(words)
+    last_op = -1
     while i < n:
         wc, op = words[i] >> 16, words[i] & 0xFFFF
         if wc == 0 or i + wc > n:
@@ -219,7 +221,10 @@ def reflect(spirv: bytes) -> ShaderInfo:
                 constants[ops[1]] = ops[2]
         elif op == _OP_VARIABLE:
             variables.append((ops[1], ops[0], ops[2]))
+        last_op = op
         i += wc
+    if last_op != _OP_FUNCTION_END:
+        raise ValueError("invalid SPIR-V: the module does not end with OpFunctionEnd (truncated?)")
 
     def scalar_and_count(type_id: int) -> tuple[Scalar, int]:
         t = types.get(type_id)
@@ -274,3 +279,32 @@ def reflect(spirv: bytes) -> ShaderInfo:
     if local_size_ids is not None:
         info.local_size = tuple(constants.get(x, 1) for x in local_size_ids)  # type: ignore[assignment]
     return info
+
+
+_validated: set[bytes] = set()
+
+
+def validate_with_spirv_val(spirv: bytes, target_env: str = "vulkan1.1") -> None:
+    """Run Khronos' spirv-val on ``spirv`` when it is installed (skipped otherwise, or when
+    KBENCH_SPIRV_VAL=0): drivers may crash on invalid modules, so reject them first."""
+    import hashlib
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    if os.environ.get("KBENCH_SPIRV_VAL", "1") == "0":
+        return
+    exe = shutil.which("spirv-val")
+    if exe is None:
+        return
+    key = hashlib.sha256(spirv).digest()
+    if key in _validated:
+        return
+    with tempfile.NamedTemporaryFile(suffix=".spv") as f:
+        f.write(spirv)
+        f.flush()
+        proc = subprocess.run([exe, "--target-env", target_env, f.name], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ValueError("invalid SPIR-V (spirv-val): " + (proc.stdout + proc.stderr).strip().replace(f.name, "<module>"))
+    _validated.add(key)

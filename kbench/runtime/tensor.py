@@ -76,7 +76,7 @@ def numpy_dtype(dtype: Any) -> np.dtype:
         dt = None
     if dt is None or dt.newbyteorder("=") not in _NP_TO_DT:
         names = ", ".join(sorted(str(d) for d in _NP_TO_DT))
-        raise TypeError(f"unsupported tensor dtype {dtype!r}; supported: {names}")
+        raise TypeError(f"unsupported tensor dtype {str(dt) if dt is not None else repr(dtype)}; supported: {names}")
     return dt.newbyteorder("=")
 
 
