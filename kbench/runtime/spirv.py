@@ -74,6 +74,7 @@ CAPABILITY_FEATURES: dict[int, tuple[str, str]] = {
     6019: ("integer_dot_product", "shaderIntegerDotProduct"),
     6018: ("integer_dot_product", "shaderIntegerDotProduct"),
     5116: ("bfloat16", "shaderBFloat16Type"),
+    5345: ("vulkan_memory_model", "vulkanMemoryModel"),
 }
 
 
