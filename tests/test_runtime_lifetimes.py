@@ -117,7 +117,9 @@ def test_thousands_of_create_destroy_cycles_do_not_grow(mgr, compile_glsl):
 def test_many_managers_created_and_destroyed():
     for _ in range(30):
         with kp.Manager(validation=False) as m:
+            # tensor and sequence are dropped without destroy(): their Vulkan objects must go too
             m.sequence().eval(kp.OpTensorSyncDevice([m.tensor([1.0])]))
+        assert m._device is None, f"device leaked: {m.get_stats()}"
 
 
 @pytest.mark.parametrize("bad,exc,match", [

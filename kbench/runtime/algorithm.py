@@ -195,6 +195,14 @@ class Algorithm:
         self._destroyed = True
         self._mgr._untrack(self)
 
+    def __del__(self):
+        # a dropped Python object frees its Vulkan objects, as Kompute's shared_ptr does
+        try:
+            if not self._destroyed and self._mgr._alive:
+                self.destroy()
+        except Exception:
+            pass
+
     # --- kbench additions ----------------------------------------------------------------------
     @property
     def shader_info(self) -> ShaderInfo:

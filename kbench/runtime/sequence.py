@@ -215,6 +215,14 @@ class Sequence:
         self._mgr._stats["sequences"] -= 1
         self._mgr._untrack(self)
 
+    def __del__(self):
+        # a dropped Python object frees its Vulkan objects, as Kompute's shared_ptr does
+        try:
+            if not self._destroyed and self._mgr._alive:
+                self.destroy()
+        except Exception:
+            pass
+
     # --- kbench additions ----------------------------------------------------------------------
     def ops(self) -> list[OpBase]:
         return list(self._ops)

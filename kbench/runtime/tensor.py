@@ -152,6 +152,14 @@ class Tensor:
             self._release()
         self._mgr._untrack(self)
 
+    def __del__(self):
+        # a dropped Python object frees its Vulkan objects, as Kompute's shared_ptr does
+        try:
+            if not self._destroyed and self._mgr._alive:
+                self.destroy()
+        except Exception:
+            pass
+
     # --- kbench additions ----------------------------------------------------------------------
     def nbytes(self) -> int:
         return self._size * self._dtype.itemsize
