@@ -34,7 +34,7 @@ def validate(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """The main job: correctness and benchmark suites, results written under results/."""
     session.install("-e", ".")
-    session.run("kbench", "bench", *session.posargs)
+    session.run("kbench", "bench", "--validate", *session.posargs)
 
 
 @nox.session
@@ -55,7 +55,8 @@ def docker_build(session: nox.Session) -> None:
     """Build the SwiftShader image (once per pinned commit) and the CI image via the Docker SDK.
 
     Options after `--`: --base-image IMG, --offline-source PATH, --only ci|swiftshader,
-    --network host, --extra-ca FILE.crt, --rebuild, --niceness N (see `... build --help`).
+    --network host, --extra-ca FILE.crt, --swiftshader-cache FILE.tar, --rebuild, --niceness N
+    (see `python docker-builders/kbench_docker.py build --help`).
     """
     session.install(DOCKER_SDK)
     session.run("python", DOCKER_TASKS, "build", *session.posargs)
@@ -66,7 +67,8 @@ def docker_test(session: nox.Session) -> None:
     """Unit tests and `kbench validate` on lavapipe and SwiftShader inside the CI image.
 
     The checkout is mounted at /src; result runs land under results/. Options after `--`:
-    --drivers lavapipe,swiftshader, --only unit|validate, -k FILTER, --out DIR, --image TAG.
+    --drivers lavapipe,swiftshader, --only unit|validate|compare, --compare-to BASELINE (runs
+    `kbench compare BASELINE OUT`), -k FILTER, --out DIR, --image TAG.
     """
     session.install(DOCKER_SDK)
     session.run("python", DOCKER_TASKS, "test", *session.posargs)

@@ -248,3 +248,14 @@ def test_tensor_accessors(mgr):
         5, 5, kp.DataTypes.int, kp.TensorTypes.host, True)
     t.destroy()
     assert not t.is_init()
+
+
+def test_builtin_opmult_spreads_large_grids_over_y(mgr):
+    limit = mgr.get_device_properties()["max_work_group_count"][0]
+    n = min(limit * 64 + 1000, 1 << 26) if limit < (1 << 20) else 5_000_000
+    a = mgr.tensor(np.random.rand(n).astype(np.float32))
+    b = mgr.tensor(np.random.rand(n).astype(np.float32))
+    o = mgr.tensor(np.zeros(n, np.float32))
+    mgr.sequence().record(kp.OpTensorSyncDevice([a, b])).record(kp.OpMult([a, b, o], mgr.algorithm())).record(
+        kp.OpTensorSyncLocal([o])).eval()
+    np.testing.assert_array_equal(o.data(), a.data() * b.data())

@@ -255,10 +255,11 @@ class OpMult(OpAlgoDispatch):
                 raise TypeError(f"OpMult works on float32 tensors; tensors[{i}] is {t.dtype}")
             if t.size() != tensors[2].size():
                 raise ValueError(f"OpMult: tensors[{i}] has {t.size()} elements, out has {tensors[2].size()}")
-        from .builtin import mult_spirv
+        from .builtin import grid_1d, mult_spirv
 
         n = tensors[2].size()
-        algorithm.rebuild(tensors, mult_spirv(), workgroup=((n + 63) // 64, 1, 1),
+        grid = grid_1d((n + 63) // 64, algorithm._mgr._props["max_work_group_count"][0])
+        algorithm.rebuild(tensors, mult_spirv(), workgroup=grid,
                           push_consts=np.array([n], dtype=np.uint32))
         super().__init__(algorithm)
 

@@ -1,0 +1,154 @@
+"""Finding devices, choosing them with --device, and opening one in a queue configuration."""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Any
+
+from .queues import QueueConfig, queue_configs
+from .targets import Lane, Target
+
+BACKENDS = ("vulkan", "numpy")
+
+
+def numpy_properties() -> dict[str, Any]:
+    """Device-properties stand-in for the NumPy backend (the host CPU, every feature)."""
+    from kbench.backend import NumpyBackend
+
+    info = NumpyBackend().device_info()
+    feats = ("float64", "int64", "int16", "float16", "int8", "storage_buffer_8bit", "storage_buffer_16bit")
+    return {
+        "index": 0, "device_name": info.name, "vendor_name": "cpu", "vendor_id": 0, "device_id": 0,
+        "device_type": "cpu", "driver_name": "numpy", "driver_info": f"numpy on {platform.machine()}",
+        "driver_version": "", "api_version": "",
+        "queue_families": [{"index": 0, "flags": ["compute"], "count": 1, "timestamp_valid_bits": 0}],
+        "features": {f: True for f in feats}, "memory_bytes": info.memory_bytes,
+        "timestamps_supported": False,
+    }
+
+
+def enumerate_devices(backend: str = "vulkan") -> list[dict[str, Any]]:
+    """Device property dicts (the runtime's list_devices()) for `backend`."""
+    if backend == "numpy":
+        return [numpy_properties()]
+    if backend == "vulkan":
+        import kbench.runtime as kp
+
+        devices = kp.list_devices()
+        for i, d in enumerate(devices):
+            d.setdefault("index", i)
+        return devices
+    raise ValueError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
+
+
+def describe(props: dict[str, Any]) -> str:
+    return f"{props.get('index', '?')}: {props.get('device_name', '?')} ({props.get('vendor_name', '?')}, {props.get('driver_name', '?')})"
+
+
+def select_devices(devices: list[dict[str, Any]], spec: str | None) -> list[dict[str, Any]]:
+    """The devices `spec` names: None/"all" = every device; otherwise comma-separated items,
+    each an index, a vendor name ("nvidia", "mesa"), or a substring of the device or driver name
+    (case-insensitive). Raises ValueError listing the devices when an item matches none."""
+    if not devices:
+        raise ValueError("no device found (is a Vulkan driver such as mesa-vulkan-drivers installed?)")
+    if spec is None or spec.strip().lower() in ("", "all"):
+        return list(devices)
+    chosen: list[dict[str, Any]] = []
+    available = "; ".join(describe(d) for d in devices)
+    for item in (s.strip() for s in spec.split(",")):
+        if not item:
+            continue
+        if item.isdigit():
+            idx = int(item)
+            match = [d for d in devices if int(d.get("index", -1)) == idx]
+            if not match:
+                raise ValueError(f"--device {item}: no device with index {idx}; available: {available}")
+        else:
+            low = item.lower()
+            match = [d for d in devices if low == str(d.get("vendor_name", "")).lower()
+                     or low in str(d.get("device_name", "")).lower()
+                     or low in str(d.get("driver_name", "")).lower()]
+            if not match:
+                raise ValueError(f"--device {item!r} matches no device name, vendor or driver; available: {available}")
+        for d in match:
+            if d not in chosen:
+                chosen.append(d)
+    return chosen
+
+
+def backend_options() -> dict[str, Any]:
+    """Extra VulkanBackend options from the environment (KBENCH_VALIDATION=1 turns on validation)."""
+    if os.environ.get("KBENCH_VALIDATION") == "1":
+        return {"validation": True}
+    return {}
+
+
+def open_target(backend: str, props: dict[str, Any], config: QueueConfig) -> Target:
+    """Open device `props` for `config`. Raises on failure (the caller records it)."""
+    index = int(props.get("index", 0))
+    if config.unsupported:
+        raise ValueError(f"queue configuration {config.name} is not available: {config.unsupported}")
+    if backend == "numpy":
+        from kbench.backend import NumpyBackend
+
+        if config.name != "single":
+            raise ValueError("the numpy backend has a single queue only")
+        be = NumpyBackend()
+        t = Target("numpy", index, props, "single", [Lane(backend=be)])
+        t.closers.append(be.close)
+        return t
+    if backend != "vulkan":
+        raise ValueError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
+    import kbench.runtime as kp
+    from kbench.backend import VulkanBackend
+
+    opts = backend_options()
+    if config.name in ("single", "async"):
+        # async: one op per submission and a ring of sequences, so several are in flight at once
+        extra = {"batch_ops": 1, "ring_size": len(config.lanes)} if config.name == "async" else {}
+        be = VulkanBackend(device=index, **extra, **opts)
+        mgr = be.manager
+        fam, q = mgr.queues[0]
+        lanes = [Lane(backend=be, kp=kp, manager=mgr, queue_index=0, family=fam, queue=q) for _ in config.lanes]
+        t = Target("vulkan", index, be.device_properties, config.name, lanes, gpu_timer=gpu_timer_for(be))
+        t.closers.append(be.close)
+        return t
+    # several queues: runtime cases split across the queues; the backend runs on one queue of its
+    # own Manager, so backend cases are reported unsupported in these configurations
+    mgr = kp.Manager(index, list(config.family_queue_indices), **opts)
+    lanes = []
+    for qi, (fam, q) in enumerate(mgr.queues):
+        lanes.append(Lane(backend=None, kp=kp, manager=mgr, queue_index=qi, family=fam, queue=q))
+    t = Target("vulkan", index, mgr.get_device_properties(), config.name, lanes)
+    t.closers.append(mgr.destroy)
+    return t
+
+
+def gpu_timer_for(backend: Any):
+    """A GPU timer for `backend` when it offers ``measure_gpu_ns(issue) -> ns`` (issue the ops
+    `issue()` makes, wait, return device time from sequence timestamps); None otherwise."""
+    measure = getattr(backend, "measure_gpu_ns", None)
+    if measure is None:
+        return None
+
+    def timer(lane: Lane, launch, wait, repeats: int, policy) -> list[float]:
+        out = []
+        for _ in range(policy.samples):
+            def issue() -> None:
+                for _ in range(repeats):
+                    launch()
+            ns = measure(issue)
+            if ns is None:
+                return []
+            out.append(ns / repeats)
+        return out
+
+    return timer
+
+
+def configs_for(backend: str, props: dict[str, Any]) -> list[QueueConfig]:
+    """Queue configurations of a device for `backend` (numpy: single only)."""
+    if backend == "numpy":
+        return [QueueConfig("single", (0,), ((0, 0, 0),))]
+    return queue_configs(props)

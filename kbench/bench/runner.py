@@ -1,0 +1,435 @@
+"""The run loop: devices x queue configurations x case instances, each device's cases in a
+worker subprocess with a per-case time limit, every result written as it completes.
+
+A case that hangs past the time limit is recorded as an error and its worker is killed; a
+worker that crashes (segfault in a driver, lost device) has the case it was running recorded as
+an error with the exit status and the end of its stderr; in both cases a fresh worker carries
+on with the next case. A device that cannot be opened has its cases recorded as errors and the
+run goes on with the next device.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from kbench.cases import instances as case_instances
+
+from . import expectations as expect
+from .devices import configs_for, enumerate_devices, select_devices
+from .execute import default_max_bytes
+from .peaks import PEAKS, peak_fraction
+from .queues import QUEUE_CONFIGS
+from .timing import TimingPolicy
+
+#: time allowed for a worker to open its device
+OPEN_TIMEOUT_S = 120.0
+
+
+class Progress(Protocol):
+    """What the runner reports while it works (the CLI shows a progress bar)."""
+
+    def begin(self, total: int, label: str) -> None: ...
+    def advance(self, record: dict[str, Any]) -> None: ...
+    def note(self, text: str) -> None: ...
+    def end(self) -> None: ...
+
+
+class _Quiet:
+    def begin(self, total: int, label: str) -> None:
+        pass
+
+    def advance(self, record: dict[str, Any]) -> None:
+        pass
+
+    def note(self, text: str) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+@dataclass
+class RunOptions:
+    """Everything `kbench validate` / `kbench bench` can be told."""
+
+    mode: str = "validate"
+    backend: str = "vulkan"
+    devices: str | None = None
+    queue_configs: list[str] | None = None   # None: validate -> all, bench -> single
+    patterns: list[str] = field(default_factory=list)
+    out_dir: Path = Path("results")
+    timeout: float = 300.0
+    expectation_files: list[Path] = field(default_factory=list)
+    default_expectations: bool = True
+    max_bytes: int | None = None             # None: execute.default_max_bytes (cap for CPU devices in bench)
+    seed: int = 0
+    peer: str | None = None
+    peaks: bool = True
+    policy: TimingPolicy | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("validate", "bench"):
+            raise ValueError(f"mode must be 'validate' or 'bench', got {self.mode!r}")
+        if self.backend not in ("vulkan", "numpy"):
+            raise ValueError(f"backend must be 'vulkan' or 'numpy', got {self.backend!r}")
+        if not self.timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {self.timeout!r}")
+        if self.peer not in (None, "torch"):
+            raise ValueError(f"unknown peer {self.peer!r}; the only peer is 'torch' (PyTorch on CUDA)")
+        if self.queue_configs:
+            bad = [q for q in self.queue_configs if q not in QUEUE_CONFIGS]
+            if bad:
+                raise ValueError(f"unknown queue configuration {', '.join(bad)}; choose from {', '.join(QUEUE_CONFIGS)}")
+        self.out_dir = Path(self.out_dir)
+
+
+@dataclass
+class RunResult:
+    summary: expect.Summary
+    files: list[Path]
+    interrupted: bool = False
+
+
+class _LineReader:
+    """Lines from a pipe with a deadline (the worker's event stream)."""
+
+    def __init__(self, pipe: Any):
+        self.fd = pipe.fileno()
+        os.set_blocking(self.fd, False)
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(self.fd, selectors.EVENT_READ)
+        self.buf = b""
+        self.eof = False
+
+    def readline(self, deadline: float) -> str | None:
+        """Next line; "" at end of stream; None when the deadline passed first."""
+        while True:
+            nl = self.buf.find(b"\n")
+            if nl >= 0:
+                line, self.buf = self.buf[:nl], self.buf[nl + 1:]
+                return line.decode("utf-8", "replace")
+            if self.eof:
+                return ""
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if not self.sel.select(min(left, 1.0)):
+                continue
+            try:
+                chunk = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                self.eof = True
+            self.buf += chunk
+
+    def close(self) -> None:
+        self.sel.close()
+
+
+def _tail(path: Path, n: int = 600) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return " ".join(text[-n:].split())
+
+
+def _exit_text(rc: int) -> str:
+    if rc < 0:
+        try:
+            return f"killed by signal {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exit code {rc}"
+
+
+class Runner:
+    """Runs one `kbench validate` or `kbench bench`."""
+
+    def __init__(self, options: RunOptions, progress: Progress | None = None):
+        self.o = options
+        self.progress = progress or _Quiet()
+        self.summary = expect.Summary()
+        self.files: list[Path] = []
+        self.expectations = expect.load(options.expectation_files, default=options.default_expectations)
+        self.instances = case_instances(options.mode, options.patterns or None)
+
+    # -- planning ---------------------------------------------------------------------------------
+    def devices(self) -> list[dict[str, Any]]:
+        return select_devices(enumerate_devices(self.o.backend), self.o.devices)
+
+    def _config_names(self) -> list[str]:
+        if self.o.queue_configs:
+            return list(self.o.queue_configs)
+        return list(QUEUE_CONFIGS) if self.o.mode == "validate" else ["single"]
+
+    def _instances_for(self, config: str) -> list[Any]:
+        # backend cases run on the backend's own queue: they are generated for "single" and
+        # "async"; the multi-queue configurations split the runtime cases across queues
+        if config in ("multi_queue", "multi_family"):
+            return [i for i in self.instances if i.case.layer == "runtime"]
+        return list(self.instances)
+
+    # -- running ----------------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        from kbench.results import RunWriter, collect_provenance
+
+        devices = self.devices()
+        interrupted = False
+        try:
+            for props in devices:
+                configs = [c for c in configs_for(self.o.backend, props) if c.name in self._config_names()]
+                missing = [n for n in self._config_names() if n not in [c.name for c in configs]]
+                for n in (missing if self.o.queue_configs else []):
+                    self.progress.note(f"{props.get('device_name')}: queue configuration {n} not available for the {self.o.backend} backend")
+                available = []
+                for c in configs:
+                    if c.unsupported:
+                        self.progress.note(f"{props.get('device_name')}: {c.name} not available: {c.unsupported}")
+                        self.summary.notes.append(f"{props.get('device_name')}: {c.name} not generated: {c.unsupported}")
+                    else:
+                        available.append(c)
+                prov = collect_provenance(None if self.o.backend == "numpy" else props, self.o.backend)
+                with RunWriter(self.o.out_dir, prov) as writer:
+                    self.files.append(writer.path)
+                    for c in configs:
+                        if c.unsupported:  # kept in the results, so a report shows what was not run
+                            writer.write({"kind": "case", "case": "queue_config", "params": {"name": c.name},
+                                          "case_id": f"queue_config[name={c.name}]", "mode": self.o.mode,
+                                          "status": "unsupported", "reason": c.unsupported,
+                                          "queue_config": c.name, "queues": [], "layer": "runner"})
+                    peaks: dict[str, float] = {}
+                    for n, c in enumerate(available):
+                        insts = self._instances_for(c.name)
+                        peak_names = [p.name for p in PEAKS] if (self.o.mode == "bench" and self.o.peaks
+                                                                  and n == 0 and self.o.backend == "vulkan") else []
+                        if not insts and not peak_names:
+                            continue
+                        self._run_config(writer, props, c.name, insts, peak_names, peaks, self.o.backend)
+            if self.o.peer == "torch":
+                self._run_peer()
+        except KeyboardInterrupt:
+            interrupted = True
+        self.progress.end()
+        return RunResult(self.summary, self.files, interrupted)
+
+    def _max_bytes(self, props: dict[str, Any]) -> int | None:
+        return self.o.max_bytes if self.o.max_bytes is not None else default_max_bytes(props, self.o.mode)
+
+    def _run_config(self, writer: Any, props: dict[str, Any], config: str, insts: list[Any],
+                    peak_names: list[str], peaks: dict[str, float], backend: str) -> None:
+        label = f"{props.get('device_name', backend)} [{config}]"
+        self.progress.begin(len(insts) + len(peak_names), label)
+        job = {
+            "backend": backend, "device": int(props.get("index", 0)), "queue_config": config,
+            "mode": self.o.mode, "seed": self.o.seed, "max_bytes": self._max_bytes(props),
+            "policy": None if self.o.policy is None else self.o.policy.__dict__,
+        }
+        by_id = {i.case_id: i for i in insts}
+        driver, device = str(props.get("driver_name", "")), str(props.get("device_name", ""))
+        context = {"queue_config": config, "queues": [], "mode": self.o.mode}
+
+        def on_record(rec: dict[str, Any]) -> None:
+            if rec.get("kind") == "peak":
+                peaks[rec["peak"]] = float(rec["value"])
+                rec = {k: v for k, v in rec.items()}
+                writer.write(rec)
+                self.progress.advance({"status": "pass", "case_id": rec["peak"]})
+                return
+            for key, value in context.items():
+                rec.setdefault(key, value)
+            rec["device_index"] = int(props.get("index", 0))
+            inst = by_id.get(rec.get("case_id", ""))
+            if inst is not None and rec.get("status") == "pass":
+                peak_fraction(rec, inst.case.peak, peaks)
+            expect.apply(rec, self.expectations, driver, device)
+            rec = self._write(writer, rec)
+            self.summary.add({**rec, "device_name": device})
+            self.progress.advance(rec)
+
+        def on_ready(event: dict[str, Any]) -> None:
+            context["queues"] = event.get("queues", [])
+
+        ids = peak_names + [i.case_id for i in insts]
+        self._drive(job, ids, set(peak_names), on_record, on_ready)
+
+    def _write(self, writer: Any, rec: dict[str, Any]) -> dict[str, Any]:
+        from kbench.results.schema import RecordError
+
+        try:
+            return writer.write(rec)
+        except RecordError as exc:
+            # a record kbench made does not follow its own schema: keep the result as an error
+            fixed = {k: rec.get(k) for k in ("kind", "case", "params", "case_id", "mode", "queue_config", "queues")}
+            fixed.update(status="error", reason=f"result record rejected by the schema: {exc}")
+            fixed["kind"] = "case"
+            fixed["params"] = fixed["params"] if isinstance(fixed["params"], dict) else {}
+            fixed["queues"] = fixed["queues"] if isinstance(fixed["queues"], list) else []
+            return writer.write(fixed)
+
+    def _error_record(self, cid: str, reason: str) -> dict[str, Any]:
+        inst = next((i for i in self.instances if i.case_id == cid), None)
+        return {"kind": "case", "case": cid.split("[")[0], "params": dict(inst.params) if inst else {},
+                "case_id": cid, "mode": self.o.mode, "status": "error", "reason": reason,
+                "layer": inst.case.layer if inst else "peak"}
+
+    def _drive(self, job: dict[str, Any], ids: list[str], peak_ids: set[str], on_record, on_ready) -> None:
+        """Run `ids` through worker processes until each has a result."""
+        remaining = list(ids)
+        while remaining:
+            sub = dict(job, peaks=[i for i in remaining if i in peak_ids],
+                       case_ids=[i for i in remaining if i not in peak_ids])
+            done = self._one_worker(sub, remaining, on_record, on_ready)
+            if done:
+                return
+
+    def _one_worker(self, job: dict[str, Any], remaining: list[str], on_record, on_ready) -> bool:
+        """One worker process; returns True when no restart is needed."""
+        with tempfile.NamedTemporaryFile("w+b", prefix="kbench-worker-", suffix=".err", delete=False) as err:
+            err_path = Path(err.name)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")]))
+        with open(err_path, "wb") as err_file:
+            proc = subprocess.Popen([sys.executable, "-m", "kbench.bench.worker"], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=err_file, env=env, start_new_session=True)
+        reader = _LineReader(proc.stdout)
+        current: str | None = None
+        ready = False
+        results = 0
+        try:
+            assert proc.stdin is not None
+            proc.stdin.write(json.dumps(job).encode())
+            proc.stdin.close()
+            deadline = time.monotonic() + max(OPEN_TIMEOUT_S, self.o.timeout)
+            while True:
+                line = reader.readline(deadline)
+                if line is None:  # deadline passed
+                    self._kill(proc)
+                    if current is not None:
+                        on_record(self._error_record(current, (
+                            f"timed out after {self.o.timeout:g} s (per-case limit --timeout); the worker was "
+                            f"killed and the run went on with the next case")))
+                        remaining.remove(current)
+                        return False
+                    for cid in list(remaining):
+                        on_record(self._error_record(cid, f"the device did not open within {max(OPEN_TIMEOUT_S, self.o.timeout):g} s"))
+                    remaining.clear()
+                    return True
+                if line == "":  # worker exited
+                    rc = proc.wait()
+                    if current is not None:
+                        on_record(self._error_record(current, (
+                            f"worker process crashed ({_exit_text(rc)}) while running this case; the run went on "
+                            f"with a fresh worker. stderr: {_tail(err_path)}")))
+                        remaining.remove(current)
+                        return False
+                    if not ready or not results:
+                        # nothing ran: restarting would loop, so the rest is recorded as errors
+                        what = "before opening the device" if not ready else "before running any case"
+                        for cid in list(remaining):
+                            on_record(self._error_record(cid, f"worker exited {what} ({_exit_text(rc)}): {_tail(err_path)}"))
+                        remaining.clear()
+                        return True
+                    return not remaining
+                try:
+                    event = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                kind = event.get("event")
+                if kind == "ready":
+                    ready = True
+                    on_ready(event)
+                    deadline = time.monotonic() + self.o.timeout
+                elif kind == "start":
+                    current = event.get("case_id")
+                    deadline = time.monotonic() + self.o.timeout
+                elif kind == "result":
+                    rec = event["record"]
+                    cid = rec.get("peak") or rec.get("case_id")
+                    on_record(rec)
+                    results += 1
+                    if cid in remaining:
+                        remaining.remove(cid)
+                    current = None
+                    deadline = time.monotonic() + self.o.timeout
+                elif kind == "open_failed":
+                    for cid in list(remaining):
+                        on_record(self._error_record(cid, f"could not open the device: {event.get('reason')}"))
+                    remaining.clear()
+                    return True
+                elif kind == "done":
+                    return True
+        except KeyboardInterrupt:
+            self._kill(proc)
+            raise
+        finally:
+            reader.close()
+            if proc.poll() is None:
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    self._kill(proc)
+            if proc.stdout is not None:
+                proc.stdout.close()
+            err_path.unlink(missing_ok=True)
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen) -> None:
+        """Kill the worker and whatever it started (its own process group, made at start)."""
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+
+    # -- the CUDA peer ------------------------------------------------------------------------------
+    def _run_peer(self) -> None:
+        from kbench.results import RunWriter, collect_provenance
+
+        from .peer_torch import PEER_NAME, availability, peer_properties
+
+        ok, why = availability()
+        insts = [i for i in self.instances if i.case.layer == "backend"]
+        props = peer_properties() if ok else None
+        prov = collect_provenance(props, PEER_NAME)
+        with RunWriter(self.o.out_dir, prov) as writer:
+            self.files.append(writer.path)
+            if not ok:
+                self.progress.note(f"peer {PEER_NAME} unavailable: {why}")
+                self.summary.notes.append(f"peer {PEER_NAME} unavailable: {why}")
+                self.progress.begin(len(insts), f"{PEER_NAME} (unavailable)")
+                for inst in insts:
+                    rec = {"kind": "case", "case": inst.case.name, "params": dict(inst.params),
+                           "case_id": inst.case_id, "mode": self.o.mode, "status": "unsupported",
+                           "reason": f"peer {PEER_NAME} unavailable: {why}", "queue_config": "single",
+                           "queues": [], "layer": "backend", "peer": True}
+                    rec = writer.write(rec)
+                    self.summary.add(rec)
+                    self.progress.advance(rec)
+                return
+            saved = self.instances
+            self.instances = insts
+            try:
+                self._run_config(writer, props or {}, "single", insts, [], {}, PEER_NAME)
+            finally:
+                self.instances = saved
+
+
+def run(options: RunOptions, progress: Progress | None = None) -> RunResult:
+    """Run the suite described by `options`; see Runner."""
+    return Runner(options, progress).run()
+

@@ -1,0 +1,89 @@
+"""Timing: sample statistics and the repeat-until-long-enough loop.
+
+A sample is `repeats` back-to-back calls issued without waiting (one submission where the
+backend batches, with the barriers its ordering rules put between dependent calls), then one
+wait. The figure per call is the sample's time divided by `repeats`. `repeats` is chosen from a
+first measurement so that a sample lasts about `min_sample_s` (tens of milliseconds on a GPU),
+which hides launch and submission overhead.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TimingPolicy:
+    """How long and how often to measure."""
+
+    min_sample_s: float = 0.02     # aim per sample (GPU); CPU devices use less
+    samples: int = 7
+    warmup: int = 1
+    max_repeats: int = 1000
+    max_total_s: float = 5.0       # stop taking samples once this much time went by (>= 3 samples)
+
+    def __post_init__(self) -> None:
+        if self.min_sample_s <= 0 or self.samples < 1 or self.max_repeats < 1 or self.warmup < 0:
+            raise ValueError(f"bad timing policy {self}")
+
+
+GPU_POLICY = TimingPolicy()
+#: lavapipe / CPU drivers: short samples keep the CI bench quick
+CPU_POLICY = TimingPolicy(min_sample_s=0.002, samples=3, warmup=1, max_repeats=50, max_total_s=1.0)
+
+
+def stats(values_ns: Sequence[float], repeats: int) -> dict[str, float | int]:
+    """median, min, max, mean, stdev, iqr of per-call times in ns, with n and repeats."""
+    v = np.asarray(values_ns, dtype=np.float64)
+    if v.size == 0:
+        raise ValueError("no timing samples")
+    q1, q3 = np.percentile(v, [25, 75])
+    return {
+        "median": float(np.median(v)), "min": float(v.min()), "max": float(v.max()),
+        "mean": float(v.mean()), "stdev": float(v.std(ddof=1)) if v.size > 1 else 0.0,
+        "iqr": float(q3 - q1), "n": int(v.size), "repeats": int(repeats),
+    }
+
+
+def choose_repeats(one_call_s: float, policy: TimingPolicy) -> int:
+    """Calls per sample so that a sample lasts about policy.min_sample_s."""
+    if one_call_s <= 0 or not math.isfinite(one_call_s):
+        return policy.max_repeats
+    return int(min(policy.max_repeats, max(1, math.ceil(policy.min_sample_s / one_call_s))))
+
+
+def host_samples(run_sample: Callable[[int], None], policy: TimingPolicy) -> tuple[list[float], int]:
+    """Warm up, calibrate, then time `run_sample(repeats)` (issue + wait) on the host clock.
+
+    Returns per-call nanoseconds for each sample and the repeats used.
+    """
+    for _ in range(policy.warmup):
+        run_sample(1)
+    t0 = time.perf_counter_ns()
+    run_sample(1)
+    one = (time.perf_counter_ns() - t0) / 1e9
+    repeats = choose_repeats(one, policy)
+    out: list[float] = []
+    start = time.perf_counter()
+    for _ in range(policy.samples):
+        t0 = time.perf_counter_ns()
+        run_sample(repeats)
+        out.append((time.perf_counter_ns() - t0) / repeats)
+        if len(out) >= 3 and time.perf_counter() - start > policy.max_total_s:
+            break
+    return out, repeats
+
+
+def throughput(bytes_moved: int, flops: int, median_ns: float) -> dict[str, float | None]:
+    """GB/s (1e9 bytes/s) and GFLOP/s for one call taking median_ns."""
+    if not median_ns or median_ns <= 0:
+        return {"gbps": None, "gflops": None}
+    return {
+        "gbps": bytes_moved / median_ns if bytes_moved else None,   # bytes/ns == GB/s
+        "gflops": flops / median_ns if flops else None,
+    }

@@ -1,0 +1,123 @@
+"""Worker subprocess: opens one device in one queue configuration and runs a list of cases.
+
+Run as ``python -m kbench.bench.worker`` with a JSON job on stdin. It writes one JSON event per
+line on its original stdout (everything else the process prints goes to stderr):
+
+    {"event": "ready", "props": {...}, "queues": [[family, queue], ...]}
+    {"event": "start", "case_id": "..."}
+    {"event": "result", "record": {...}}        (a case record or a peak record)
+    {"event": "open_failed", "reason": "..."}
+    {"event": "done"}
+
+The parent (kbench.bench.runner) enforces the per-case time limit and restarts a worker that
+crashed or hung, skipping the case it was running. A lost device ends the worker (exit code 3)
+so that the next case starts on a fresh device.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, TextIO
+
+EXIT_OPEN_FAILED = 2
+EXIT_DEVICE_LOST = 3
+
+#: Fault injection for testing the runner's robustness: ``hang:<glob>`` sleeps and
+#: ``crash:<glob>`` aborts the worker when it starts a case whose id matches the glob.
+FAULT_ENV = "KBENCH_INJECT_FAULT"
+
+
+def _inject_fault(case_id: str) -> None:
+    spec = os.environ.get(FAULT_ENV, "")
+    kind, _, pattern = spec.partition(":")
+    if not pattern:
+        return
+    from kbench.cases.base import glob_match
+
+    if glob_match(pattern, case_id):
+        if kind == "hang":
+            import time
+
+            time.sleep(3600)
+        elif kind == "crash":
+            os.abort()
+
+
+def _json_safe(value: Any) -> Any:
+    from kbench.results.schema import to_json_value
+
+    try:
+        return to_json_value(value)
+    except Exception:  # noqa: BLE001 - exotic property values become text
+        return json.loads(json.dumps(value, default=str))
+
+
+def emit(stream: TextIO, event: dict[str, Any]) -> None:
+    stream.write(json.dumps(_json_safe(event), allow_nan=False) + "\n")
+    stream.flush()
+
+
+def run_job(job: dict[str, Any], out: TextIO) -> int:
+    """Run `job` (see kbench.bench.runner.make_job), emitting events to `out`; returns exit code."""
+    from kbench.cases import ALL_CASES
+
+    from .devices import configs_for, enumerate_devices, open_target
+    from .execute import run_instance
+    from .peaks import get_peak, run_peak
+    from .timing import TimingPolicy
+
+    backend, mode = job["backend"], job["mode"]
+    try:
+        if backend == "torch-cuda":
+            from .peer_torch import open_peer_target
+
+            target = open_peer_target()
+        else:
+            devices = enumerate_devices(backend)
+            props = next(d for d in devices if int(d.get("index", -1)) == int(job["device"]))
+            config = next(c for c in configs_for(backend, props) if c.name == job["queue_config"])
+            target = open_target(backend, props, config)
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which records it
+        emit(out, {"event": "open_failed", "reason": f"{type(exc).__name__}: {exc}"})
+        return EXIT_OPEN_FAILED
+    try:
+        emit(out, {"event": "ready", "props": target.props, "queues": target.queues})
+        by_id = {i.case_id: i for c in ALL_CASES for i in c.instances(mode)}
+        policy = TimingPolicy(**job["policy"]) if job.get("policy") else None
+        for name in job.get("peaks", []):
+            emit(out, {"event": "start", "case_id": name})
+            lane = target.lanes[0]
+            rec = run_peak(get_peak(name), lane.kp, lane.manager, target.props)
+            emit(out, {"event": "result", "record": rec})
+        for cid in job["case_ids"]:
+            emit(out, {"event": "start", "case_id": cid})
+            _inject_fault(cid)
+            inst = by_id.get(cid)
+            if inst is None:
+                rec = {"kind": "case", "case": cid.split("[")[0], "params": {}, "case_id": cid, "mode": mode,
+                       "status": "error", "reason": f"unknown case id {cid!r} for mode {mode}",
+                       "queue_config": target.queue_config, "queues": target.queues}
+            else:
+                rec = run_instance(inst, target, mode, seed=int(job.get("seed", 0)), policy=policy,
+                                   max_bytes=job.get("max_bytes"))
+            emit(out, {"event": "result", "record": rec})
+            if rec.get("device_lost"):
+                return EXIT_DEVICE_LOST
+        emit(out, {"event": "done"})
+        return 0
+    finally:
+        target.close()
+
+
+def main() -> int:
+    # keep the protocol stream clean: anything printed by drivers or libraries goes to stderr
+    proto = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    job = json.loads(sys.stdin.read())
+    return run_job(job, proto)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""The `Case` declaration: one record per op or runtime operation.
+
+A case says how to make inputs, how to compute the float64 reference, how close an output must
+be, which bytes and FLOPs one call moves and does, which device features it needs and which sizes
+to sweep. The runner (kbench.bench) and the pytest suites (suites/) are generated from these.
+
+A case runs in three steps so that the benchmark can repeat the middle one:
+
+    state = case.setup(target, inputs, params)   # allocate, upload, prefill guards
+    case.launch(target, state, params)           # issue the work once, no wait
+    outputs = case.collect(target, state, params)  # wait, read back, return arrays to check
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+Params = Mapping[str, Any]
+Arrays = dict[str, np.ndarray]
+
+#: Layers a case can belong to: a ComputeBackend op, a kbench.runtime (Kompute API) operation,
+#: or a peak measurement of the device.
+LAYERS = ("backend", "runtime", "peak")
+
+#: Comparison kinds: "nmse" compares floats against the float64 reference, "exact" compares
+#: bytes/integers for equality (copies, integer arithmetic), "check" means the case's collect step
+#: raises `CaseFailure` itself (API behaviour cases such as `free`).
+COMPARISONS = ("nmse", "exact", "check")
+
+
+class CaseFailure(AssertionError):
+    """Raised by a case's own checks (guard bytes, API behaviour): the case failed, not crashed."""
+
+
+class UnsupportedCase(Exception):
+    """Raised when a case cannot run on this target; the message names the missing feature/limit."""
+
+
+def _zero(_: Params) -> int:
+    return 0
+
+
+def _no_features(_: Params) -> tuple[str, ...]:
+    return ()
+
+
+@dataclass(frozen=True)
+class Case:
+    """One declared op or runtime operation; see the module docstring for the run protocol."""
+
+    name: str
+    layer: str
+    description: str
+    generate: Callable[[Params, np.random.Generator], Arrays]
+    reference: Callable[[Arrays, Params], Arrays]
+    setup: Callable[[Any, Arrays, Params], Any]
+    launch: Callable[[Any, Any, Params], None]
+    collect: Callable[[Any, Any, Params], Arrays]
+    validate_sizes: tuple[Params, ...]
+    bench_sizes: tuple[Params, ...] = ()
+    ops: tuple[str, ...] = ()
+    #: NMSE threshold, or a function of the params (e.g. per dtype)
+    tolerance: float | Callable[[Params], float] = 1e-7
+    #: "nmse", "exact" or "check", or a function of the params returning one of them
+    comparison: str | Callable[[Params], str] = "nmse"
+    bytes_moved: Callable[[Params], int] = _zero
+    flops: Callable[[Params], int] = _zero
+    features: Callable[[Params], tuple[str, ...]] = _no_features
+    #: bytes of device memory one instance needs (for filtering big bench sizes by device limits)
+    footprint: Callable[[Params], int] = _zero
+    #: largest single buffer in bytes (checked against maxStorageBufferRange)
+    largest_buffer: Callable[[Params], int] = _zero
+    #: axes crossed with every size, e.g. {"dtype": ("F32", "Q4_0", ...)}
+    axes: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    #: which measured peak a benchmark figure is divided by ("copy_bandwidth", "fp32_fma", ...)
+    peak: str | None = None
+    #: release whatever setup made (called even when launch/collect raised)
+    teardown: Callable[[Any, Any], None] | None = None
+    #: wait for launched work without reading back (benchmark samples); None means the lane's
+    #: backend.synchronize()
+    wait: Callable[[Any, Any, Params], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.layer not in LAYERS:
+            raise ValueError(f"case {self.name!r}: layer must be one of {LAYERS}, got {self.layer!r}")
+        if not callable(self.comparison) and self.comparison not in COMPARISONS:
+            raise ValueError(
+                f"case {self.name!r}: comparison must be one of {COMPARISONS}, got {self.comparison!r}"
+            )
+        if not self.validate_sizes:
+            raise ValueError(f"case {self.name!r}: needs at least one validate size")
+
+    def tolerance_for(self, params: Params) -> float:
+        """The NMSE threshold for `params`."""
+        return float(self.tolerance(params) if callable(self.tolerance) else self.tolerance)
+
+    def comparison_for(self, params: Params) -> str:
+        """How outputs for `params` are judged: "nmse", "exact" or "check"."""
+        kind = self.comparison(params) if callable(self.comparison) else self.comparison
+        if kind not in COMPARISONS:
+            raise ValueError(f"case {self.name!r}: comparison must be one of {COMPARISONS}, got {kind!r}")
+        return kind
+
+    def instances(self, mode: str) -> list["Instance"]:
+        """Every (size x axes) parameter set for `mode` ("validate" or "bench")."""
+        if mode not in ("validate", "bench"):
+            raise ValueError(f"mode must be 'validate' or 'bench', got {mode!r}")
+        # a case without bench sizes is a correctness-only case: it has no benchmark instances
+        sizes = self.validate_sizes if mode == "validate" else self.bench_sizes
+        names = list(self.axes)
+        combos = list(itertools.product(*(self.axes[n] for n in names))) or [()]
+        out = []
+        for size in sizes:
+            for combo in combos:
+                params = dict(size)
+                params.update(zip(names, combo))
+                out.append(Instance(self, params))
+        return out
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A case with concrete parameters."""
+
+    case: Case
+    params: Mapping[str, Any]
+
+    @property
+    def case_id(self) -> str:
+        """Stable identifier, e.g. ``quantized_matmul[n_rows=64,n_cols=256,dtype=Q4_0]``."""
+        return case_id(self.case.name, self.params)
+
+    @property
+    def bytes_moved(self) -> int:
+        return int(self.case.bytes_moved(self.params))
+
+    @property
+    def flops(self) -> int:
+        return int(self.case.flops(self.params))
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        return tuple(self.case.features(self.params))
+
+
+def case_id(name: str, params: Params) -> str:
+    """`name[k=v,...]` in the order the parameters were declared (the results schema's format:
+    integral floats print as integers, sequences join with "x")."""
+    inner = ",".join(f"{k}={_param_text(v)}" for k, v in params.items())
+    return f"{name}[{inner}]" if inner else name
+
+
+def _param_text(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "x".join(_param_text(v) for v in value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def glob_match(pattern: str, text: str, *, ignore_case: bool = False) -> bool:
+    """fnmatch with ``*`` and ``?`` where brackets match themselves (case ids contain them)."""
+    import fnmatch
+
+    if ignore_case:
+        pattern, text = pattern.lower(), text.lower()
+    return fnmatch.fnmatchcase(text, pattern.replace("[", "[[]"))
+
+
+def parse_filter(patterns: Sequence[str] | str | None) -> Callable[[str], bool]:
+    """Turn -k style filters into a predicate over case ids.
+
+    Each pattern is a substring or a glob with ``*``/``?`` (brackets match themselves); a
+    leading ``not `` or ``!`` excludes (case ids contain commas, so give one pattern per -k). A case
+    id is selected when it matches any including pattern (or there are none) and no excluding one.
+    """
+    if patterns is None:
+        patterns = []
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    include: list[str] = []
+    exclude: list[str] = []
+    for raw in patterns:
+        p = str(raw).strip()
+        if not p:
+            continue
+        if p.startswith("not "):
+            exclude.append(p[4:].strip())
+        elif p.startswith("!"):
+            exclude.append(p[1:].strip())
+        else:
+            include.append(p)
+
+    def match(pattern: str, cid: str) -> bool:
+        if "*" in pattern or "?" in pattern:
+            return glob_match(pattern, cid) or glob_match(pattern, cid.split("[")[0])
+        return pattern in cid
+
+    def predicate(cid: str) -> bool:
+        if include and not any(match(p, cid) for p in include):
+            return False
+        return not any(match(p, cid) for p in exclude)
+
+    return predicate

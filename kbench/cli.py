@@ -1,0 +1,368 @@
+"""The `kbench` command: devices, validate, bench, report, compare (and cases).
+
+A thin front: `validate` and `bench` run the case declarations (kbench.cases) through the runner
+(kbench.bench.runner), the same code the pytest suites in suites/ call; `report` and `compare`
+hand their arguments to kbench.report.cli.
+
+Exit status: 0 success; 1 a new failure (fail or error not in the expectations); 2 bad usage;
+130 interrupted (the results finished so far are on disk).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+EXIT_OK, EXIT_FAILURES, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+STATUS_STYLE = {"pass": "green", "xfail": "yellow", "unsupported": "cyan", "fail": "bold red", "error": "bold magenta"}
+
+
+class UsageError(Exception):
+    """A bad option value found after parsing (unknown device, bad size, ...)."""
+
+
+def parse_size(text: str) -> int:
+    """'64M', '1G', '1048576', '512KiB' -> bytes; argparse.ArgumentTypeError otherwise."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?[bB])?\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r}: use bytes or a number with K, M, G or T (e.g. 64M)")
+    scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2).lower()]
+    return int(float(m.group(1)) * scale)
+
+
+def positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return v
+
+
+def queue_config_list(text: str) -> list[str] | None:
+    from kbench.bench.queues import parse_queue_configs
+
+    try:
+        return parse_queue_configs(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+# ------------------------------------------------------------------------------------ progress
+
+class TextProgress:
+    """Plain progress for logs (no terminal): one line per configuration and per problem."""
+
+    def __init__(self, stream=None, verbose: bool = False):
+        self.stream, self.verbose = stream or sys.stderr, verbose
+        self.total = self.done = 0
+        self.label = ""
+
+    def begin(self, total: int, label: str) -> None:
+        self.total, self.done, self.label = total, 0, label
+        print(f"kbench: {label}: {total} case(s)", file=self.stream, flush=True)
+
+    def advance(self, record: dict[str, Any]) -> None:
+        self.done += 1
+        status = record.get("status")
+        if self.verbose or status in ("fail", "error") or record.get("unexpected_pass"):
+            extra = " (unexpected pass)" if record.get("unexpected_pass") else ""
+            reason = f": {record.get('reason')}" if record.get("reason") and status != "pass" else ""
+            print(f"  [{self.done}/{self.total}] {status}{extra} {record.get('case_id')}{reason}",
+                  file=self.stream, flush=True)
+
+    def note(self, text: str) -> None:
+        print(f"kbench: {text}", file=self.stream, flush=True)
+
+    def end(self) -> None:
+        pass
+
+
+class RichProgress:
+    """A rich progress bar on a terminal, with failures printed above it."""
+
+    def __init__(self, verbose: bool = False):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = Console(stderr=True)
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), TextColumn("{task.fields[last]}"), console=self.console,
+                            transient=False)
+        self.task = None
+        self.verbose = verbose
+        self.bar.start()
+
+    def begin(self, total: int, label: str) -> None:
+        if self.task is not None:
+            self.bar.update(self.task, last="")
+        self.task = self.bar.add_task(label, total=total, last="")
+
+    def advance(self, record: dict[str, Any]) -> None:
+        status = record.get("status", "")
+        cid = record.get("case_id", "")
+        self.bar.update(self.task, advance=1, last=f"{status} {cid}"[:60])
+        if self.verbose or status in ("fail", "error") or record.get("unexpected_pass"):
+            style = STATUS_STYLE.get(status, "")
+            extra = " (unexpected pass)" if record.get("unexpected_pass") else ""
+            reason = f": {record.get('reason')}" if status != "pass" and record.get("reason") else ""
+            self.console.print(f"[{style}]{status}[/]{extra} {cid}{reason}", markup=True, highlight=False)
+
+    def note(self, text: str) -> None:
+        self.console.print(f"kbench: {text}", highlight=False)
+
+    def end(self) -> None:
+        if self.task is not None:
+            self.bar.update(self.task, last="")
+        self.bar.stop()
+
+
+def make_progress(quiet: bool, verbose: bool):
+    if quiet:
+        return None
+    if sys.stderr.isatty():
+        try:
+            return RichProgress(verbose)
+        except ImportError:
+            pass
+    return TextProgress(verbose=verbose)
+
+
+# ------------------------------------------------------------------------------------ commands
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    from tabulate import tabulate
+
+    from kbench.bench.devices import enumerate_devices, select_devices
+    from kbench.bench.queues import compute_families
+
+    try:
+        devices = select_devices(enumerate_devices(args.backend), args.device)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - no loader, no driver: say so instead of a traceback
+        raise UsageError(f"cannot list the {args.backend} devices: {type(exc).__name__}: {exc}") from None
+    if args.json:
+        import json
+
+        from kbench.results.schema import to_json_value
+
+        print(json.dumps(to_json_value(devices), indent=2, default=str))
+        return EXIT_OK
+    rows = []
+    for d in devices:
+        fams = []
+        for f in d.get("queue_families", []):
+            flags = f.get("flags", [])
+            flags = "+".join(flags) if isinstance(flags, (list, tuple)) else str(flags)
+            fams.append(f"{f.get('index')}:{flags}x{f.get('count')}")
+        feats = [k for k, v in sorted((d.get("features") or {}).items()) if v]
+        rows.append([d.get("index"), d.get("vendor_name", ""), d.get("device_name", ""),
+                     f"{d.get('driver_name', '')} {d.get('driver_version', '')}".strip(),
+                     d.get("api_version", ""), " ".join(fams) + f" ({len(compute_families(d))} compute)",
+                     ", ".join(feats) if args.all_features else
+                     ", ".join(f for f in feats if f in _KEY_FEATURES)])
+    print(tabulate(rows, headers=["index", "vendor", "name", "driver", "API", "queue families", "features"]))
+    return EXIT_OK
+
+
+_KEY_FEATURES = ("float64", "int64", "int16", "float16", "int8", "storage_buffer_8bit", "storage_buffer_16bit",
+                 "subgroup_arithmetic", "cooperative_matrix", "integer_dot_product")
+
+
+def cmd_cases(args: argparse.Namespace) -> int:
+    from kbench.cases import instances
+
+    for inst in instances(args.mode, args.cases or None):
+        print(inst.case_id)
+    return EXIT_OK
+
+
+def _run_options(args: argparse.Namespace, mode: str):
+    from kbench.bench.runner import RunOptions
+    from kbench.bench.timing import GPU_POLICY, TimingPolicy
+
+    policy = None
+    if mode == "bench" and (args.min_sample_ms is not None or args.samples is not None):
+        policy = TimingPolicy(
+            min_sample_s=(args.min_sample_ms / 1000.0) if args.min_sample_ms is not None else GPU_POLICY.min_sample_s,
+            samples=args.samples if args.samples is not None else GPU_POLICY.samples)
+    return RunOptions(
+        mode=mode, backend=args.backend, devices=args.device, queue_configs=args.queue_config,
+        patterns=list(args.cases or []), out_dir=Path(args.out), timeout=args.timeout,
+        expectation_files=[Path(p) for p in (args.expectations or [])],
+        default_expectations=not args.no_default_expectations, max_bytes=args.max_bytes, seed=args.seed,
+        peer=getattr(args, "peer", None), peaks=not getattr(args, "no_peaks", False), policy=policy)
+
+
+def cmd_run(args: argparse.Namespace, mode: str) -> int:
+    """`kbench validate` / `kbench bench` (with --validate: the correctness suite first)."""
+    if mode == "bench" and getattr(args, "validate", False):
+        first = _run_mode(args, "validate")
+        if first == EXIT_INTERRUPTED:
+            return first
+        second = _run_mode(args, "bench")
+        return max(first, second)
+    return _run_mode(args, mode)
+
+
+def _run_mode(args: argparse.Namespace, mode: str) -> int:
+    from kbench.bench.expectations import ExpectationsError
+    from kbench.bench.runner import Runner
+
+    try:
+        options = _run_options(args, mode)
+        runner = Runner(options, None)
+        if not runner.instances:
+            raise UsageError(f"no case matches -k {' '.join(args.cases or [])!r} in {mode} mode "
+                             f"(list them with: kbench cases --mode {mode})")
+    except (ValueError, ExpectationsError) as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        runner.devices()  # a bad --device fails here, before any work
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - no loader, no driver: say so instead of a traceback
+        raise UsageError(f"cannot list the {args.backend} devices: {type(exc).__name__}: {exc}") from None
+    runner.progress = make_progress(args.quiet, args.verbose) or runner.progress
+    result = runner.run()
+    print_summary(result, mode)
+    if result.interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_OK if result.summary.ok else EXIT_FAILURES
+
+
+def print_summary(result: Any, mode: str, stream=None) -> None:
+    """Counts per status, notes, unexpected passes, new failures and where results went."""
+    stream = stream or sys.stdout
+    s = result.summary
+    order = ("pass", "xfail", "unsupported", "fail", "error")
+    counts = ", ".join(f"{s.counts.get(k, 0)} {k}" for k in order)
+    print(f"kbench {mode}: {s.total} result(s): {counts}", file=stream)
+    for line in s.notes:
+        print(f"  note: {line}", file=stream)
+    if s.unexpected_passes:
+        print(f"  {len(s.unexpected_passes)} unexpected pass(es) (remove them from the expectations):", file=stream)
+        for line in s.unexpected_passes[:20]:
+            print(f"    {line}", file=stream)
+    if s.new_failures:
+        print(f"  {len(s.new_failures)} new failure(s):", file=stream)
+        for line in s.new_failures[:20]:
+            print(f"    {line}", file=stream)
+        if len(s.new_failures) > 20:
+            print(f"    ... and {len(s.new_failures) - 20} more (see the results file)", file=stream)
+    for path in result.files:
+        print(f"  results: {path}", file=stream)
+    if result.interrupted:
+        print("  interrupted: the results finished so far are in the files above", file=stream)
+
+
+def cmd_delegate(name: str, argv: list[str]) -> int:
+    from kbench.report import cli as report_cli
+
+    fn = report_cli.report_main if name == "report" else report_cli.compare_main
+    try:
+        return int(fn(list(argv)) or 0)
+    except SystemExit as exc:  # argparse inside report/compare: --help (0) or bad usage (2)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
+
+
+# ------------------------------------------------------------------------------------ parser
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", "-d", metavar="SPEC",
+                   help="devices to use: index, vendor or a substring of the device/driver name; "
+                        "comma-separated; default all")
+    p.add_argument("--queue-config", "-q", type=queue_config_list, metavar="LIST",
+                   help="queue configurations: single, multi_queue, multi_family, async (comma-separated) "
+                        "or all; default: all for validate, single for bench")
+    p.add_argument("-k", "--cases", action="append", metavar="PATTERN",
+                   help="run the case ids matching PATTERN (substring or glob; 'not X' or '!X' excludes); repeatable")
+    p.add_argument("--out", "-o", default="results", metavar="DIR", help="directory for the results (default results/)")
+    p.add_argument("--timeout", type=positive_float, default=300.0, metavar="SECONDS",
+                   help="time limit per case; a case over it is recorded as an error (default 300)")
+    p.add_argument("--backend", choices=("vulkan", "numpy"), default="vulkan",
+                   help="vulkan (default) or numpy (the float64 reference, for checking the suite itself)")
+    p.add_argument("--expectations", action="append", metavar="FILE",
+                   help="extra expectations TOML (known failures per driver and case); repeatable")
+    p.add_argument("--no-default-expectations", action="store_true",
+                   help="ignore the expectations shipped in kbench/cases/expectations.toml")
+    p.add_argument("--max-bytes", type=parse_size, metavar="SIZE",
+                   help="skip (as unsupported) instances needing more device memory than SIZE, e.g. 256M "
+                        "(bench on CPU devices defaults to 16M)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--quiet", action="store_true", help="no progress output, only the summary")
+    p.add_argument("--verbose", "-v", action="store_true", help="print every result as it completes")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from kbench import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="kbench", description="Correctness and speed of GPU compute kernels on every Vulkan device.")
+    parser.add_argument("--version", action="version", version=f"kbench {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("devices", help="list the Vulkan devices (vendor, driver, API, queue families, features)")
+    p.add_argument("--device", "-d", metavar="SPEC", help="only the devices SPEC names (see validate --help)")
+    p.add_argument("--backend", choices=("vulkan", "numpy"), default="vulkan")
+    p.add_argument("--json", action="store_true", help="full device properties as JSON")
+    p.add_argument("--all-features", action="store_true", help="list every supported feature")
+
+    p = sub.add_parser("validate", help="correctness suite: every case against its float64 reference")
+    _add_run_options(p)
+
+    p = sub.add_parser("bench", help="benchmark suite: GPU time, GB/s, GFLOP/s and fraction of measured peak")
+    _add_run_options(p)
+    p.add_argument("--peer", choices=("torch",),
+                   help="also run the backend cases through a peer: torch = PyTorch on CUDA (CUDA events)")
+    p.add_argument("--no-peaks", action="store_true", help="skip the peak measurements")
+    p.add_argument("--validate", action="store_true",
+                   help="run the correctness suite (kbench validate, same options) first: the whole main job")
+    p.add_argument("--min-sample-ms", type=positive_float, metavar="MS",
+                   help="aim for samples of at least MS milliseconds (default 20 on GPUs, 2 on CPU devices)")
+    p.add_argument("--samples", type=int, metavar="N", help="samples per case (default 7 on GPUs, 3 on CPU devices)")
+
+    p = sub.add_parser("cases", help="list the case ids (what -k selects from)")
+    p.add_argument("--mode", choices=("validate", "bench"), default="validate")
+    p.add_argument("-k", "--cases", action="append", metavar="PATTERN")
+
+    for name, text in (("report", "tables and plots from results (kbench report --help)"),
+                       ("compare", "compare two result sets for regressions (kbench compare --help)")):
+        p = sub.add_parser(name, help=text, add_help=False, prefix_chars="\0")
+        p.add_argument("rest", nargs=argparse.REMAINDER)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `kbench` command; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # report/compare own their options: hand everything after the command word over untouched
+    if argv and argv[0] in ("report", "compare"):
+        return cmd_delegate(argv[0], argv[1:])
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "samples", None) is not None and args.samples < 1:
+        parser.error(f"--samples must be at least 1, got {args.samples}")
+    try:
+        if args.command == "devices":
+            return cmd_devices(args)
+        if args.command == "cases":
+            return cmd_cases(args)
+        return cmd_run(args, args.command)
+    except UsageError as exc:
+        print(f"kbench {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("kbench: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

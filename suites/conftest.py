@@ -1,0 +1,137 @@
+"""pytest plumbing for the kbench suites: one test per device x queue configuration x case.
+
+    pytest suites/test_validate.py                       # every Vulkan device, every configuration
+    pytest suites/test_validate.py --kbench-device 0 -k "softmax"
+    pytest suites/test_bench.py --kbench-cases "add[size=1048576]" --kbench-out results --benchmark-json b.json
+
+The tests are generated from the case declarations (kbench.cases) and run through the same
+`kbench.bench.execute.run_instance` as `kbench validate|bench`; `--kbench-out` writes every
+result as a kbench results file (one run per device). Test ids are
+``<device index>-<queue configuration>-<case id>``, so pytest's ``-k`` selects cases.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("kbench")
+    g.addoption("--kbench-device", default=None, metavar="SPEC",
+                help="devices: index, vendor or name substring (comma-separated); default all")
+    g.addoption("--kbench-backend", default="vulkan", choices=("vulkan", "numpy"))
+    g.addoption("--kbench-queue-config", default=None, metavar="LIST",
+                help="single, multi_queue, multi_family, async (comma-separated) or all; "
+                     "default all for validate, single for bench")
+    g.addoption("--kbench-cases", action="append", default=[], metavar="PATTERN",
+                help="kbench's own case filter (as `kbench -k`: substring or glob of case ids, 'not X' "
+                     "excludes); pytest's -k cannot take the '=' inside case ids")
+    g.addoption("--kbench-out", default=None, metavar="DIR", help="write every result to a results file in DIR")
+    g.addoption("--kbench-expectations", action="append", default=[], metavar="FILE",
+                help="extra expectations TOML (known failures per driver and case)")
+
+
+def _devices(config: pytest.Config) -> list[dict[str, Any]]:
+    from kbench.bench.devices import enumerate_devices, select_devices
+
+    backend = config.getoption("--kbench-backend")
+    try:
+        return select_devices(enumerate_devices(backend), config.getoption("--kbench-device"))
+    except Exception as exc:  # noqa: BLE001 - no device: the suite collects nothing, says why
+        warnings.warn(f"kbench: no device to test: {exc}")
+        return []
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "kbench_case" not in metafunc.fixturenames:
+        return
+    from kbench.bench.devices import configs_for
+    from kbench.bench.queues import parse_queue_configs
+    from kbench.cases import instances
+
+    mode = getattr(metafunc.module, "MODE", "validate")
+    config = metafunc.config
+    names = parse_queue_configs(config.getoption("--kbench-queue-config"))
+    if names is None:
+        names = ["single", "multi_queue", "multi_family", "async"] if mode == "validate" else ["single"]
+    backend = config.getoption("--kbench-backend")
+    params, ids = [], []
+    for props in _devices(config):
+        for qc in configs_for(backend, props):
+            if qc.name not in names or qc.unsupported:
+                continue
+            layers = ["runtime"] if qc.name in ("multi_queue", "multi_family") else None
+            for inst in instances(mode, config.getoption("--kbench-cases") or None, layers=layers):
+                params.append((props, qc, inst))
+                ids.append(f"{props.get('index', 0)}-{qc.name}-{inst.case_id}")
+    metafunc.parametrize("kbench_case", params, ids=ids)
+
+
+class _Session:
+    """Open targets (one per device and configuration) and results writers, kept for the session."""
+
+    def __init__(self, config: pytest.Config):
+        from kbench.bench import expectations
+
+        self.config = config
+        self.backend = config.getoption("--kbench-backend")
+        self.targets: dict[tuple[int, str], Any] = {}
+        self.writers: dict[int, Any] = {}
+        self.expectations = expectations.load(config.getoption("--kbench-expectations"))
+
+    def target(self, props: dict[str, Any], qc: Any) -> Any:
+        from kbench.bench.devices import open_target
+
+        key = (int(props.get("index", 0)), qc.name)
+        if key not in self.targets:
+            # one open device at a time keeps memory low: close the others first
+            for other in list(self.targets):
+                self.targets.pop(other).close()
+            self.targets[key] = open_target(self.backend, props, qc)
+        return self.targets[key]
+
+    def record(self, props: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
+        from kbench.bench import expectations
+
+        expectations.apply(rec, self.expectations, str(props.get("driver_name", "")), str(props.get("device_name", "")))
+        out = self.config.getoption("--kbench-out")
+        if out:
+            from kbench.results import RunWriter, collect_provenance
+
+            idx = int(props.get("index", 0))
+            if idx not in self.writers:
+                prov = collect_provenance(None if self.backend == "numpy" else props, self.backend)
+                self.writers[idx] = RunWriter(Path(out), prov)
+            rec = self.writers[idx].write(rec)
+        return rec
+
+    def close(self) -> None:
+        for t in self.targets.values():
+            t.close()
+        for w in self.writers.values():
+            w.close()
+
+
+@pytest.fixture(scope="session")
+def kbench_session(request: pytest.FixtureRequest):
+    s = _Session(request.config)
+    yield s
+    s.close()
+
+
+def conclude(rec: dict[str, Any]) -> None:
+    """Turn a result record into the pytest outcome: pass, skip (unsupported), xfail, fail."""
+    status, reason = rec["status"], rec.get("reason", "")
+    if rec.get("unexpected_pass"):
+        warnings.warn(f"unexpected pass of {rec['case_id']} (expected {rec['expected']['status']}: "
+                      f"{rec['expected']['reason']}); remove the expectation")
+    if status == "unsupported":
+        pytest.skip(f"unsupported: {reason}")
+    if status == "xfail":
+        pytest.xfail(reason)
+    if status in ("fail", "error"):
+        pytest.fail(f"{status}: {reason}", pytrace=False)
