@@ -1,0 +1,453 @@
+"""VulkanBackend: every ComputeBackend op as compute shaders on kbench.runtime.
+
+Ops are recorded into a ring of Sequences and submitted in batches (every ``batch_ops`` ops,
+or when ``copy_from_device``/``synchronize`` needs the results), so the host records the next
+batch while the device runs the previous ones; the runtime places the barriers between
+dependent ops.  Pipelines are shared through the runtime's pipeline cache; each Algorithm
+(one descriptor set) is cached per (kernel, buffers) in an LRU that only evicts entries no
+submitted-but-unfinished batch uses, and a freed buffer's algorithms go with it.  Buffers
+freed while a batch may still use them are destroyed once that batch has finished.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+
+import kbench.runtime as kp
+from kbench.backend.base import BufferHandle, ComputeBackend, DeviceInfo
+from kbench.backend.kernels import (QMATVEC_DTYPES, ROPE_MAX_POS, Kernel, KernelPolicy,
+                                    describe_policy)
+from kbench.quant import DType, row_bytes
+
+__all__ = ["VulkanBackend"]
+
+# Device buffers are padded to whole vec4s so that shaders may view every buffer as vec4[]
+# without indexing past the bound range (the caller sees only the requested bytes).
+_ALIGN = 16
+
+
+def _padded(nbytes: int) -> int:
+    return -(-nbytes // _ALIGN) * _ALIGN
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass
+class _Slot:
+    """One sequence of the ring and the batch it holds."""
+
+    seq: Any
+    serial: int = 0
+    n_ops: int = 0
+    submitted: bool = False
+
+
+@dataclass
+class _CachedAlgorithm:
+    algo: Any
+    keys: tuple[int, ...]
+    last_serial: int = 0
+    grid: tuple[int, int, int] = (1, 1, 1)  # the algorithm's current dispatch grid
+
+
+@dataclass
+class _DeviceBuffer:
+    tensor: Any
+    last_serial: int = 0
+    algorithms: set = field(default_factory=set)  # cache keys that bind this buffer
+
+
+class VulkanBackend(ComputeBackend):
+    """ComputeBackend on a Vulkan device through kbench.runtime.
+
+    Options: ``batch_ops`` (ops per submission, default 64), ``ring_size`` (sequences in
+    flight, default 3), ``algorithm_cache_size`` (cached descriptor sets, default 256),
+    ``use_subgroups`` (None = when the device has subgroup arithmetic), ``matmul_tile``
+    ((BM, BN, BK, TM, TN)), ``single_group_limit`` (softmax/rms_norm sizes done by one
+    workgroup), ``grid_limit`` (cap on the grid's x dimension; for tests of large grids),
+    ``validation`` (Khronos validation layer).
+    """
+
+    def __init__(self, device: int = 0, *, batch_ops: int = 64, ring_size: int = 3,
+                 algorithm_cache_size: int = 256, use_subgroups: bool | None = None,
+                 matmul_tile: tuple[int, int, int, int, int] | None = None,
+                 single_group_limit: int = 8192, grid_limit: int | None = None,
+                 validation: bool | None = None) -> None:
+        for name, value, lo in (("batch_ops", batch_ops, 1), ("ring_size", ring_size, 1),
+                                ("algorithm_cache_size", algorithm_cache_size, 16),
+                                ("single_group_limit", single_group_limit, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+                raise ValueError(f"VulkanBackend: {name} must be an int >= {lo}, got {value!r}")
+        super().__init__()
+        self._mgr = kp.Manager(device, validation=validation)
+        try:
+            self._props = self._mgr.get_device_properties()
+            self._policy = KernelPolicy(self._props, use_subgroups=use_subgroups,
+                                        matmul_tile=matmul_tile, single_group_limit=single_group_limit,
+                                        grid_limit=grid_limit)
+            self._batch_ops = batch_ops
+            self._cache_size = algorithm_cache_size
+            self._ring = [_Slot(self._mgr.sequence()) for _ in range(ring_size)]
+        except BaseException:
+            self._mgr.destroy()
+            raise
+        self._current = 0
+        self._serial = 1  # serial of the batch being recorded
+        self._completed = 0  # every batch with serial <= this has finished
+        self._buffers: dict[int, _DeviceBuffer] = {}  # user handles > 0, internal buffers < 0
+        self._internal_ids = itertools.count(-1, -1)
+        self._algos: OrderedDict[tuple, _CachedAlgorithm] = OrderedDict()
+        self._graveyard: list[tuple[int, Any]] = []  # (serial after which it may go, object)
+        self._scratch_key: int | None = None
+        self._scratch_bytes = 0
+        self._rope_tables: OrderedDict[tuple[int, float], int] = OrderedDict()
+        self._submissions = 0
+
+    # -- identity ---------------------------------------------------------------------------------
+    def name(self) -> str:
+        return "vulkan"
+
+    def device_info(self) -> DeviceInfo:
+        heaps = self._props.get("memory_heaps", [])
+        memory = sum(int(h["size"]) for h in heaps if h.get("device_local"))
+        return DeviceInfo(str(self._props["device_name"]), "vulkan", memory, 0)
+
+    def quantized_dtypes(self) -> frozenset[DType]:
+        return frozenset(QMATVEC_DTYPES)
+
+    @property
+    def manager(self) -> "kp.Manager":
+        """The kbench.runtime Manager this backend runs on."""
+        return self._mgr
+
+    @property
+    def device_properties(self) -> dict[str, Any]:
+        return dict(self._props)
+
+    def kernel_policy(self) -> dict[str, Any]:
+        """Launch-shape choices for this device (workgroup size, matmul tile, subgroups)."""
+        return describe_policy(self._policy)
+
+    def cache_stats(self) -> dict[str, int]:
+        """Sizes of the backend's caches plus the runtime's live object counts."""
+        stats = {
+            "cached_algorithms": len(self._algos),
+            "buffers": len(self._buffers),
+            "graveyard": len(self._graveyard),
+            "rope_tables": len(self._rope_tables),
+            "submissions": self._submissions,
+        }
+        stats.update({f"runtime_{k}": v for k, v in self._mgr.get_stats().items()})
+        return stats
+
+    # -- memory -----------------------------------------------------------------------------------
+    def _allocate(self, handle: BufferHandle) -> None:
+        tensor = self._mgr.buffer(_padded(handle.size_bytes))
+        self._buffers[handle.id] = _DeviceBuffer(tensor)
+
+    def _free(self, handle: BufferHandle) -> None:
+        self._drop_buffer(handle.id)
+
+    def _close(self) -> None:
+        try:
+            self._flush_and_wait()
+        finally:
+            for key in list(self._buffers):
+                self._drop_buffer(key)
+            self._bury_done(force=True)
+            self._mgr.destroy()
+
+    def _copy_to_device(self, data: memoryview, handle: BufferHandle) -> None:
+        self._record(kp.OpTensorWrite(self._tensor(handle.id), data, 0), (handle.id,))
+
+    def _copy_from_device(self, handle: BufferHandle, data: memoryview) -> None:
+        self._record(kp.OpTensorRead(self._tensor(handle.id), data, 0), (handle.id,), flush_ok=False)
+        self._flush_and_wait()
+
+    def _copy_buffer(self, src: BufferHandle, dst: BufferHandle, size: int) -> None:
+        self._copy_buffer_offset(src, dst, 0, 0, size)
+
+    def _copy_buffer_offset(self, src: BufferHandle, dst: BufferHandle, src_offset: int,
+                            dst_offset: int, size: int) -> None:
+        src_t, dst_t = self._tensor(src.id), self._tensor(dst.id)
+        unit = next((u for u in (16, 4) if not (src_offset | dst_offset | size) % u), 0)
+        bindable = max(src_t.nbytes(), dst_t.nbytes()) <= self._props["max_storage_buffer_range"]
+        if unit and bindable and size // unit <= 0xFFFFFFFF:
+            # aligned copies run as a shader: full bandwidth where vkCmdCopyBuffer is slower
+            kernel = self._policy.copy(unit)
+            count = size // unit
+            grid = self._policy.grid_1d(_ceil_div(count, self._policy.wg))
+            push = kernel.push_record(src_offset // unit, dst_offset // unit, count)
+            self._dispatch(kernel, (src.id, dst.id), grid, push)
+            return
+        op = kp.OpTensorCopyRegion(src_t, dst_t, src_offset, dst_offset, size)
+        self._record(op, (src.id, dst.id))
+
+    def _synchronize(self) -> None:
+        self._flush_and_wait()
+
+    # -- compute ops ----------------------------------------------------------------------------
+    def _matmul(self, a: BufferHandle, b: BufferHandle, out: BufferHandle, m: int, n: int, k: int) -> None:
+        kernel = self._policy.matmul()
+        grid = self._policy.matmul_grid(m, n)
+        self._dispatch(kernel, (a.id, b.id, out.id), grid, kernel.push_record(m, n, k))
+
+    def _softmax(self, input: BufferHandle, output: BufferHandle, size: int) -> None:
+        self._reduce_op("softmax", (input.id,), output.id, size, ())
+
+    def _rms_norm(self, input: BufferHandle, weight: BufferHandle, output: BufferHandle, size: int,
+                  eps: float) -> None:
+        self._reduce_op("rms_norm", (input.id, weight.id), output.id, size, (np.float32(eps),))
+
+    def _reduce_op(self, op: str, inputs: tuple[int, ...], out: int, size: int, extra: tuple) -> None:
+        pol = self._policy
+        plan = pol.reduction_plan(size)
+        if plan.single:
+            k = pol.reduction(op, "small")
+            self._dispatch(k, inputs + (out,), (1, 1, 1), k.push_record(size, size, 1, *extra))
+            return
+        # scratch layout: softmax [max, sum, (max_g, sum_g)...]; rms_norm [scale, sum_g...]
+        per_part = 2 if op == "softmax" else 1
+        scratch = self._scratch(4 * (2 + per_part * plan.n_parts))
+        k = pol.reduction(op, "partial")
+        push = k.push_record(size, plan.chunk, plan.n_parts, *extra)
+        self._dispatch(k, (inputs[0], scratch), pol.grid_1d(plan.n_parts), push)
+        k = pol.reduction(op, "combine")
+        self._dispatch(k, (scratch,), (1, 1, 1), push)
+        k = pol.reduction(op, "normalize")
+        self._dispatch(k, inputs + (out, scratch), pol.grid_1d(pol.vec4_groups(size)), push)
+
+    def _rope(self, q: BufferHandle, k: BufferHandle, pos: int, head_dim: int, freq_base: float,
+              n_heads_q: int, n_heads_k: int) -> None:
+        if pos > ROPE_MAX_POS:
+            raise ValueError(f"rope: pos={pos} is beyond the Vulkan kernel's range (pos <= {ROPE_MAX_POS})")
+        half = head_dim // 2
+        nq_pairs = n_heads_q * half
+        total = nq_pairs + n_heads_k * half
+        table = self._rope_table(head_dim, freq_base)
+        kernel = self._policy.rope()
+        grid = self._policy.grid_1d(_ceil_div(total, self._policy.wg))
+        self._dispatch(kernel, (q.id, k.id, table), grid, kernel.push_record(pos, half, nq_pairs, total))
+
+    def _silu(self, input: BufferHandle, output: BufferHandle, size: int) -> None:
+        self._elementwise("silu", (input.id, output.id), size)
+
+    def _element_mul(self, a: BufferHandle, b: BufferHandle, output: BufferHandle, size: int) -> None:
+        self._elementwise("mul", (a.id, b.id, output.id), size)
+
+    def _add(self, a: BufferHandle, b: BufferHandle, output: BufferHandle, size: int) -> None:
+        self._elementwise("add", (a.id, b.id, output.id), size)
+
+    def _elementwise(self, op: str, keys: tuple[int, ...], size: int) -> None:
+        kernel = self._policy.elementwise(op)
+        grid = self._policy.grid_1d(self._policy.vec4_groups(size))
+        self._dispatch(kernel, keys, grid, kernel.push_record(size))
+
+    def _attn_score(self, q: BufferHandle, k_cache: BufferHandle, scores: BufferHandle, head_dim: int,
+                    seq_len: int, head_offset: int, kv_offset: int, kv_stride: int) -> None:
+        kernel = self._policy.attn_score(head_dim)
+        rows_per_group = kernel.spec[0] // kernel.spec[1]
+        grid = self._policy.grid_1d(_ceil_div(seq_len, rows_per_group))
+        scale = np.float32(1.0 / math.sqrt(head_dim))
+        push = kernel.push_record(head_dim, seq_len, head_offset, kv_offset, kv_stride, scale)
+        self._dispatch(kernel, (q.id, k_cache.id, scores.id), grid, push)
+
+    def _attn_value(self, weights: BufferHandle, v_cache: BufferHandle, output: BufferHandle, head_dim: int,
+                    seq_len: int, kv_offset: int, kv_stride: int, out_offset: int) -> None:
+        plan = self._policy.attn_value(head_dim, seq_len)
+        kernel = plan.kernel
+        grid = (_ceil_div(head_dim, kernel.spec[0]), plan.n_chunks, 1)
+        if plan.n_chunks == 1:
+            push = kernel.push_record(head_dim, seq_len, kv_offset, kv_stride, plan.chunk, out_offset, 0)
+            self._dispatch(kernel, (weights.id, v_cache.id, output.id), grid, push)
+            return
+        scratch = self._scratch(4 * plan.n_chunks * head_dim)
+        push = kernel.push_record(head_dim, seq_len, kv_offset, kv_stride, plan.chunk, 0, head_dim)
+        self._dispatch(kernel, (weights.id, v_cache.id, scratch), grid, push)
+        combine = self._policy.attn_combine()
+        grid = self._policy.grid_1d(_ceil_div(head_dim, self._policy.wg))
+        self._dispatch(combine, (scratch, output.id), grid, combine.push_record(head_dim, plan.n_chunks, out_offset))
+
+    def _quantized_matmul(self, weights: BufferHandle, input: BufferHandle, output: BufferHandle,
+                          n_rows: int, n_cols: int, dtype: DType) -> None:
+        kernel = self._policy.qmatvec(dtype, n_cols)
+        rows = KernelPolicy.qmatvec_rows(kernel)
+        rb = row_bytes(dtype, n_cols)
+        if n_rows * rb > 0xFFFFFFFF:
+            raise ValueError(f"quantized_matmul: {n_rows} rows of {rb} bytes exceed the kernel's 4 GiB byte offsets")
+        grid = self._policy.grid_1d(_ceil_div(n_rows, rows))
+        self._dispatch(kernel, (weights.id, input.id, output.id), grid, kernel.push_record(n_rows, n_cols, rb))
+
+    # -- internal buffers ---------------------------------------------------------------------------
+    def _tensor(self, key: int) -> Any:
+        return self._buffers[key].tensor
+
+    def _new_internal(self, nbytes: int) -> int:
+        key = next(self._internal_ids)
+        self._buffers[key] = _DeviceBuffer(self._mgr.buffer(_padded(nbytes)))
+        return key
+
+    def _scratch(self, nbytes: int) -> int:
+        """The shared scratch buffer for multi-pass reductions, grown to at least nbytes."""
+        if self._scratch_key is None or nbytes > self._scratch_bytes:
+            if self._scratch_key is not None:
+                self._drop_buffer(self._scratch_key)
+            size = max(_padded(nbytes), 2 * self._scratch_bytes, 64 << 10)
+            self._scratch_key = self._new_internal(size)
+            self._scratch_bytes = size
+        return self._scratch_key
+
+    def _rope_table(self, head_dim: int, freq_base: float) -> int:
+        """Device buffer of (g0, g1, g2, 0) per pair, g = freq_base^(-2i/head_dim) / 2pi split so
+        that g0 and g1 carry 12 significant bits each (see shaders/rope.comp)."""
+        key = (head_dim, float(freq_base))
+        found = self._rope_tables.get(key)
+        if found is not None:
+            self._rope_tables.move_to_end(key)
+            return found
+        half = head_dim // 2
+        i = np.arange(half, dtype=np.float64)
+        g = np.power(float(freq_base), -2.0 * i / head_dim) / (2.0 * math.pi)
+        g0 = _top_bits(g, 12)
+        g1 = _top_bits(g - g0, 12)
+        g2 = (g - g0 - g1).astype(np.float32)
+        table = np.zeros((half, 4), np.float32)
+        table[:, 0], table[:, 1], table[:, 2] = g0, g1, g2
+        buf = self._new_internal(table.nbytes)
+        self._record(kp.OpTensorWrite(self._tensor(buf), table.tobytes(), 0), (buf,))
+        self._rope_tables[key] = buf
+        while len(self._rope_tables) > 8:
+            _, old = self._rope_tables.popitem(last=False)
+            self._drop_buffer(old)
+        return buf
+
+    def _drop_buffer(self, key: int) -> None:
+        """Forget a buffer and its cached algorithms; destroy them once no batch can use them."""
+        entry = self._buffers.pop(key)
+        for akey in list(entry.algorithms):
+            cached = self._algos.pop(akey, None)
+            if cached is not None:
+                self._unlink(akey, cached, skip=key)
+                self._bury(cached.last_serial, cached.algo)
+        self._bury(entry.last_serial, entry.tensor)
+
+    def _unlink(self, akey: tuple, cached: _CachedAlgorithm, skip: int | None = None) -> None:
+        for k in cached.keys:
+            if k != skip and k in self._buffers:
+                self._buffers[k].algorithms.discard(akey)
+
+    def _bury(self, serial: int, obj: Any) -> None:
+        if serial <= self._completed:
+            obj.destroy()
+        else:
+            self._graveyard.append((serial, obj))
+
+    def _bury_done(self, force: bool = False) -> None:
+        keep = []
+        for serial, obj in self._graveyard:
+            if force or serial <= self._completed:
+                obj.destroy()
+            else:
+                keep.append((serial, obj))
+        self._graveyard = keep
+
+    # -- algorithms -------------------------------------------------------------------------------
+    def _algorithm(self, kernel: Kernel, keys: tuple[int, ...]) -> _CachedAlgorithm:
+        akey = (kernel.spv, kernel.spec, keys)
+        cached = self._algos.get(akey)
+        if cached is not None:
+            self._algos.move_to_end(akey)
+            return cached
+        self._evict(self._cache_size - 1)
+        tensors = [self._tensor(k) for k in keys]
+        algo = self._mgr.algorithm(tensors, kernel.spirv(), (1, 1, 1), np.asarray(kernel.spec, np.uint32), None)
+        cached = _CachedAlgorithm(algo, keys)
+        self._algos[akey] = cached
+        for k in keys:
+            self._buffers[k].algorithms.add(akey)
+        return cached
+
+    def _evict(self, limit: int) -> None:
+        """Shrink the cache to ``limit`` entries, oldest first, never one a pending batch uses.
+        When every entry is still in flight, wait for the oldest batch (submitting the one being
+        recorded only as a last resort) and try again."""
+        while len(self._algos) > limit:
+            for akey in list(self._algos):
+                if len(self._algos) <= limit:
+                    return
+                cached = self._algos[akey]
+                if cached.last_serial <= self._completed:
+                    del self._algos[akey]
+                    self._unlink(akey, cached)
+                    cached.algo.destroy()
+            if len(self._algos) <= limit:
+                return
+            pending = [s.serial for s in self._ring if s.submitted]
+            if pending:
+                self._retire_through(min(pending))
+            else:
+                self._flush_and_wait()
+
+    # -- batching ---------------------------------------------------------------------------------
+    def _dispatch(self, kernel: Kernel, keys: tuple[int, ...], grid: tuple[int, int, int],
+                  push: np.ndarray) -> None:
+        cached = self._algorithm(kernel, keys)
+        if cached.grid != grid:
+            cached.algo.set_workgroup(grid)
+            cached.grid = grid
+        op = kp.OpAlgoDispatch(cached.algo, push)
+        cached.last_serial = self._serial
+        self._record(op, keys)
+
+    def _record(self, op: Any, keys: Iterable[int], flush_ok: bool = True) -> None:
+        slot = self._ring[self._current]
+        if slot.submitted:
+            self._retire_through(slot.serial)
+        slot.seq.record(op)
+        slot.serial = self._serial
+        slot.n_ops += 1
+        for k in keys:
+            self._buffers[k].last_serial = self._serial
+        if flush_ok and slot.n_ops >= self._batch_ops:
+            self._submit()
+
+    def _submit(self) -> None:
+        """Submit the batch being recorded (if any) and move to the next ring slot."""
+        slot = self._ring[self._current]
+        if slot.submitted or slot.n_ops == 0:
+            return  # nothing recorded since the ring came round to a slot still in flight
+        slot.seq.eval_async()
+        slot.submitted = True
+        self._submissions += 1
+        self._serial += 1
+        self._current = (self._current + 1) % len(self._ring)
+
+    def _retire_through(self, serial: int) -> None:
+        """Wait for every submitted batch up to ``serial``, oldest first, and recycle its slot."""
+        for slot in sorted((s for s in self._ring if s.submitted), key=lambda s: s.serial):
+            if slot.serial > serial:
+                break
+            slot.seq.eval_await()
+            slot.seq.clear()  # releases staging memory and op references
+            slot.submitted = False
+            slot.n_ops = 0
+            self._completed = max(self._completed, slot.serial)
+        self._bury_done()
+
+    def _flush_and_wait(self) -> None:
+        self._submit()
+        self._retire_through(self._serial)
+
+
+def _top_bits(values: np.ndarray, bits: int) -> np.ndarray:
+    """``values`` (positive float64) truncated to their ``bits`` most significant bits."""
+    mant, exp = np.frexp(values)
+    return np.ldexp(np.floor(mant * (1 << bits)), exp - bits)
