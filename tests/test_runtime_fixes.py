@@ -132,7 +132,7 @@ def test_queue_index_and_family_errors_are_clear(mgr):
 def test_dependent_dispatches_get_barriers_without_the_user_adding_any(mgr, compile_glsl):
     n = 100_000
     spv = compile_glsl(ADD_ONE)
-    ts = [mgr.tensor(np.zeros(n), kp.TensorTypes.storage) for _ in range(2)]
+    ts = [mgr.buffer(4 * n) for _ in range(2)]  # zero-filled (storage tensors ignore initial data)
     host = mgr.tensor(np.zeros(n), kp.TensorTypes.host)
     grid = ((n + 63) // 64, 1, 1)
     pc = np.array([n], np.uint32)
