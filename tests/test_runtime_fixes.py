@@ -141,7 +141,7 @@ def test_dependent_dispatches_get_barriers_without_the_user_adding_any(mgr, comp
     seq = mgr.sequence()
     for _ in range(10):
         seq.record(kp.OpAlgoDispatch(fwd)).record(kp.OpAlgoDispatch(back))
-    seq.record(kp.OpTensorCopy([ts[0], host])).record(kp.OpTensorSyncLocal([host])).eval()
+    seq.record(kp.OpTensorCopyRegion(ts[0], host, 0, 0, 4 * n)).record(kp.OpTensorSyncLocal([host])).eval()
     assert np.all(host.data() == 20.0), f"expected 20 everywhere, got {np.unique(host.data())[:5]}"
 
 
