@@ -15,7 +15,7 @@ import itertools
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -95,7 +95,12 @@ class VulkanBackend(ComputeBackend):
                                         grid_limit=grid_limit)
             self._batch_ops = batch_ops
             self._cache_size = algorithm_cache_size
-            self._ring = [_Slot(self._mgr.sequence()) for _ in range(ring_size)]
+            # every batch records GPU timestamps (one per op, a few ns of GPU time each) so that
+            # measure_gpu_ns can report device time without host overhead
+            fam = self._mgr.queues[0][0]
+            stamps = self._props["queue_families"][fam]["timestamp_valid_bits"] > 0
+            self._ts_capacity = 2 * batch_ops + 8 if stamps else 0
+            self._ring = [_Slot(self._mgr.sequence(total_timestamps=self._ts_capacity)) for _ in range(ring_size)]
         except BaseException:
             self._mgr.destroy()
             raise
@@ -110,6 +115,7 @@ class VulkanBackend(ComputeBackend):
         self._scratch_bytes = 0
         self._rope_tables: OrderedDict[tuple[int, float], int] = OrderedDict()
         self._submissions = 0
+        self._timing: list[int | None] | None = None  # GPU ns per retired batch while measuring
 
     # -- identity ---------------------------------------------------------------------------------
     def name(self) -> str:
@@ -436,11 +442,32 @@ class VulkanBackend(ComputeBackend):
             if slot.serial > serial:
                 break
             slot.seq.eval_await()
+            if self._timing is not None:
+                ts = slot.seq.get_timestamps()
+                # a batch longer than the timestamp capacity has no end stamp: its time is unknown
+                self._timing.append(ts[-1] - ts[0] if len(ts) == slot.n_ops + 1 and len(ts) >= 2 else None)
             slot.seq.clear()  # releases staging memory and op references
             slot.submitted = False
             slot.n_ops = 0
             self._completed = max(self._completed, slot.serial)
         self._bury_done()
+
+    def measure_gpu_ns(self, issue: Callable[[], None]) -> float | None:
+        """Run ``issue()`` (which calls backend ops) and return the GPU time its batches took,
+        from sequence timestamps (the sum over batches of last minus first stamp), or None when
+        the device has no timestamps. Earlier work is finished first and not counted."""
+        self._check_open("measure_gpu_ns")
+        self._flush_and_wait()
+        self._timing = []
+        try:
+            issue()
+            self._flush_and_wait()
+            spans = self._timing
+        finally:
+            self._timing = None
+        if not spans or any(x is None for x in spans):
+            return None
+        return float(sum(spans))
 
     def _flush_and_wait(self) -> None:
         self._submit()
