@@ -30,6 +30,10 @@ def mgr():
     yield m
     messages = m.validation_messages()
     m.destroy()
+    import gc
+
+    gc.collect()
+    assert m._device is None, f"the device outlived Manager.destroy(): {m.get_stats()}"
     assert not messages, "validation layer reported:\n" + "\n".join(messages)
 
 

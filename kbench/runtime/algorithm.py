@@ -198,7 +198,8 @@ class Algorithm:
     def __del__(self):
         # a dropped Python object frees its Vulkan objects, as Kompute's shared_ptr does
         try:
-            if not self._destroyed and self._mgr._alive:
+            # also while the Manager tears down: a cycle collected mid-teardown must still free
+            if not self._destroyed and self._mgr._device is not None:
                 self.destroy()
         except Exception:
             pass

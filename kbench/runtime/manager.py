@@ -250,7 +250,10 @@ class Manager:
             else:
                 warnings.warn(f"desired extension {e} is not supported by {self._props['device_name']}; ignored",
                               stacklevel=3)
-        if COOPMAT_EXT in available and COOPMAT_EXT not in exts:
+        # cooperative matrices are enabled whenever the device has them, except under validation,
+        # where a layer older than the extension (Debian's 1.3.239) reports it as unknown: ask
+        # for it in desired_extensions then
+        if COOPMAT_EXT in available and COOPMAT_EXT not in exts and not self._instance.validation:
             exts.append(COOPMAT_EXT)
         api = vk.vkGetPhysicalDeviceProperties(self._physical).apiVersion
         _, supported = query_features(self._physical, api, available)
@@ -375,6 +378,8 @@ class Manager:
 
     def _before_free(self, obj) -> None:
         """Wait for running sequences that use ``obj`` before its Vulkan objects go away."""
+        if not self._alive:
+            return  # tearing down: the device is already idle
         for seq in list(self._sequences):
             if seq._running and seq.uses(obj):
                 seq.eval_await()
@@ -395,21 +400,24 @@ class Manager:
             self._destroy_device()
 
     def _teardown(self) -> None:
+        # strong references first: the garbage collector may run while we free things, and an
+        # object it collected out of the weak sets would otherwise never be destroyed
+        owned = (list(self._sequences), list(self._algorithms), list(self._tensors))
         self._alive = False
         if self._device is not None:
             try:
                 lib.vkDeviceWaitIdle(self._device)
             except Exception:
                 pass
-            for seq in list(self._sequences):
+            for seq in owned[0]:
                 seq._running = False
                 seq.destroy()
             if self._util_seq is not None:
                 self._util_seq.destroy()
                 self._util_seq = None
-            for algo in list(self._algorithms):
+            for algo in owned[1]:
                 algo.destroy()
-            for t in list(self._tensors):
+            for t in owned[2]:
                 t.destroy()
             for p in self._pipelines.values():
                 p.destroy()
@@ -429,6 +437,7 @@ class Manager:
                 # instance) go when the last view does, so those arrays never dangle
                 self._teardown_pending = True
                 return
+        del owned
         self._destroy_device()
 
     def _destroy_device(self) -> None:
