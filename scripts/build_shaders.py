@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import sysconfig

@@ -360,6 +360,24 @@ void main() {
 
     if (row0 < pc.n_rows) {
         uint rows_here = min(ROWS, pc.n_rows - row0);
+#if defined(QT_F16) || defined(QT_BF16)
+        if ((pc.n_cols & 1u) == 0u) {
+            // even rows are word aligned: two halves per word, one word per invocation step
+            uint n_words = pc.n_cols >> 1;
+            for (uint c2 = lid; c2 < n_words; c2 += gl_WorkGroupSize.x) {
+                vec2 xv = vec2(x[2u * c2], x[2u * c2 + 1u]);
+                for (uint r = 0u; r < rows_here; ++r) {
+                    uint w = wq[(((row0 + r) * pc.row_bytes) >> 2) + c2];
+#if defined(QT_F16)
+                    vec2 wv = unpackHalf2x16(w);
+#else
+                    vec2 wv = vec2(uintBitsToFloat(w << 16), uintBitsToFloat(w & 0xFFFF0000u));
+#endif
+                    acc[r] = fma(wv.x, xv.x, fma(wv.y, xv.y, acc[r]));
+                }
+            }
+        } else
+#endif
 #if defined(ELEMENT_UNITS)
         for (uint c = lid; c < pc.n_cols; c += gl_WorkGroupSize.x) {
             float xv = x[c];
