@@ -51,6 +51,18 @@ def check_push_constants(info: ShaderInfo, values: np.ndarray, where: str) -> by
     """Check ``values`` against the shader's push-constant block; return the bytes to push."""
     if values.size == 0:
         return b""
+    # the verdict depends only on the dtype and size, so backends issuing thousands of
+    # dispatches with fresh arrays of one layout pay for the check once
+    key = (values.dtype, values.nbytes)
+    checked = info.push_layouts_checked
+    if key in checked:
+        return values.tobytes()
+    _check_push_layout(info, values, where)
+    checked.add(key)
+    return values.tobytes()
+
+
+def _check_push_layout(info: ShaderInfo, values: np.ndarray, where: str) -> None:
     if not info.push_members:
         raise ValueError(f"{where}: push constants given ({values.nbytes} bytes) but the shader declares none")
     if values.dtype.names is not None:
@@ -76,7 +88,6 @@ def check_push_constants(info: ShaderInfo, values: np.ndarray, where: str) -> by
                                 "(or a structured array for mixed blocks)")
     if values.nbytes != info.push_size:
         raise ValueError(f"{where}: push constants are {values.nbytes} bytes, the shader's block is {info.push_size} bytes")
-    return values.tobytes()
 
 
 def check_spec_constants(info: ShaderInfo, values: np.ndarray, where: str) -> None:

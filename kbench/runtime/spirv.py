@@ -123,6 +123,8 @@ class ShaderInfo:
     capabilities: set[int] = field(default_factory=set)
     local_size: tuple[int, int, int] | None = None
     entry_points: list[str] = field(default_factory=list)
+    # push-constant (dtype, nbytes) layouts already checked against this shader
+    push_layouts_checked: set = field(default_factory=set, repr=False, compare=False)
 
     @property
     def binding_count(self) -> int:
