@@ -241,3 +241,10 @@ def test_no_vulkan_driver_gives_a_message_not_a_traceback():
     proc = subprocess.run([sys.executable, "-m", "kbench", "devices"], capture_output=True, text=True, cwd=root, env=env)
     assert proc.returncode == 2, proc.stderr
     assert "cannot list the vulkan devices" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_queue_config_all_means_every_configuration_for_bench_too():
+    from kbench.bench.queues import QUEUE_CONFIGS, parse_queue_configs
+
+    assert parse_queue_configs("all") == list(QUEUE_CONFIGS)
+    assert parse_queue_configs(None) is None

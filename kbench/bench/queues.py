@@ -87,9 +87,12 @@ def pick_configs(props: dict[str, Any], names: list[str] | None) -> list[QueueCo
 
 
 def parse_queue_configs(text: str | None) -> list[str] | None:
-    """'single,async' -> ['single', 'async']; None or 'all' -> None. ValueError for unknown names."""
-    if text is None or text.strip() in ("", "all"):
+    """'single,async' -> ['single', 'async']; 'all' -> every configuration; None or '' -> None
+    (the mode's default). ValueError for unknown names."""
+    if text is None or not text.strip():
         return None
+    if text.strip() == "all":
+        return list(QUEUE_CONFIGS)
     names = [t.strip() for t in text.split(",") if t.strip()]
     unknown = [n for n in names if n not in QUEUE_CONFIGS]
     if unknown:
