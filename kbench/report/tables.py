@@ -90,8 +90,11 @@ def correctness_long(df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     data = latest(data, _RESULT_KEYS)
     out: list[dict[str, Any]] = []
-    for (device, row), group in data.groupby(["device", "row"], sort=False):
-        records = group.to_dict("records")
+    # one to_dict for the whole frame: per-group DataFrame.to_dict costs tens of ms each
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for rec in data.to_dict("records"):
+        groups.setdefault((rec["device"], rec["row"]), []).append(rec)
+    for (device, row), records in groups.items():
         worst = max(records, key=lambda r: STATUS_ORDER.get(r["status"], 0))["status"]
         modes = _ordered(r["mode"] for r in records)
         reasons = []
