@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Sequence as Seq
 import numpy as np
 
 from . import _vk
+from .memory import ManagedObject
 from ._vk import ffi, vk
 from .errors import UnsupportedFeatureError
 from .spirv import Scalar, ShaderInfo, reflect, validate_with_spirv_val
@@ -153,7 +154,7 @@ class Pipeline:
         self.pipeline = self.layout = self.module = None
 
 
-class Algorithm:
+class Algorithm(ManagedObject):
     """A compute shader with its tensors (binding i = tensor i), grid and constants."""
 
     def __init__(self, mgr: "Manager", tensors: Seq[Tensor], spirv: bytes, workgroup=None,
@@ -205,15 +206,6 @@ class Algorithm:
         self._release()
         self._destroyed = True
         self._mgr._untrack(self)
-
-    def __del__(self):
-        # a dropped Python object frees its Vulkan objects, as Kompute's shared_ptr does
-        try:
-            # also while the Manager tears down: a cycle collected mid-teardown must still free
-            if not self._destroyed and self._mgr._device is not None:
-                self.destroy()
-        except Exception:
-            pass
 
     # --- kbench additions ----------------------------------------------------------------------
     @property

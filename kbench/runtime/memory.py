@@ -179,3 +179,18 @@ class StagingPool:
             for b in self._idle:
                 b.free()
             self._idle = []
+
+
+class ManagedObject:
+    """Base of the Manager's objects: a dropped Python object frees its Vulkan objects, as
+    Kompute's shared_ptr does (subclasses set ``_mgr`` and ``_destroyed`` and define destroy)."""
+
+    _destroyed = True
+
+    def __del__(self):
+        try:
+            # also while the Manager tears down: a cycle collected mid-teardown must still free
+            if not self._destroyed and self._mgr._device is not None:
+                self.destroy()
+        except Exception:
+            pass

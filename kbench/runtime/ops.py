@@ -74,6 +74,19 @@ def _byte_view(data: Any, writable: bool, what: str) -> memoryview:
     return mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
 
 
+def _host_range(tensor: Tensor, buf: Any, offset: Any, op: str, arg: str, verb: str) -> memoryview:
+    """Check a host buffer and byte offset against ``tensor`` for a transfer op."""
+    _tensor_list([tensor], op)
+    mv = _byte_view(buf, verb == "reading", f"{op} {arg}")
+    if not isinstance(offset, (int, np.integer)) or offset < 0:
+        raise ValueError(f"{op}: offset must be a non-negative int, got {offset!r}")
+    if mv.nbytes == 0:
+        raise ValueError(f"{op}: {arg} is empty")
+    if offset + mv.nbytes > tensor.nbytes():
+        raise ValueError(f"{op}: {verb} {mv.nbytes} bytes at offset {offset} overruns the {tensor.nbytes()}-byte tensor")
+    return mv
+
+
 class OpBase:
     """Base of all operations. Subclasses implement ``record``; ``pre_eval``/``post_eval`` run on
     the host before submission and after the wait; ``accesses`` lists (tensor, writes) pairs."""
@@ -331,15 +344,7 @@ class OpTensorWrite(_StagingOp):
     """Write host bytes into ``tensor`` at byte ``offset`` (captured when the op is recorded)."""
 
     def __init__(self, tensor: Tensor, data: Any, offset: int = 0):
-        _tensor_list([tensor], "OpTensorWrite")
-        mv = _byte_view(data, False, "OpTensorWrite data")
-        if not isinstance(offset, (int, np.integer)) or offset < 0:
-            raise ValueError(f"OpTensorWrite: offset must be a non-negative int, got {offset!r}")
-        if mv.nbytes == 0:
-            raise ValueError("OpTensorWrite: data is empty")
-        if offset + mv.nbytes > tensor.nbytes():
-            raise ValueError(f"OpTensorWrite: writing {mv.nbytes} bytes at offset {offset} overruns the "
-                             f"{tensor.nbytes()}-byte tensor")
+        mv = _host_range(tensor, data, offset, "OpTensorWrite", "data", "writing")
         self.tensor, self.data, self.offset = tensor, mv, int(offset)
 
     def accesses(self):
@@ -358,15 +363,7 @@ class OpTensorRead(_StagingOp):
     """Read ``len(out)`` bytes of ``tensor`` from byte ``offset`` into ``out`` after the wait."""
 
     def __init__(self, tensor: Tensor, out: Any, offset: int = 0):
-        _tensor_list([tensor], "OpTensorRead")
-        mv = _byte_view(out, True, "OpTensorRead out")
-        if not isinstance(offset, (int, np.integer)) or offset < 0:
-            raise ValueError(f"OpTensorRead: offset must be a non-negative int, got {offset!r}")
-        if mv.nbytes == 0:
-            raise ValueError("OpTensorRead: out is empty")
-        if offset + mv.nbytes > tensor.nbytes():
-            raise ValueError(f"OpTensorRead: reading {mv.nbytes} bytes at offset {offset} overruns the "
-                             f"{tensor.nbytes()}-byte tensor")
+        mv = _host_range(tensor, out, offset, "OpTensorRead", "out", "reading")
         self.tensor, self.out, self.offset = tensor, mv, int(offset)
 
     def accesses(self):

@@ -5,6 +5,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from . import _vk
+from .memory import ManagedObject
 from ._vk import UINT64_MAX, ffi, lib, vk
 from .errors import DeviceLostError
 from .ops import OpBase
@@ -18,7 +19,7 @@ _READS_WRITES = (vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT | 
                  | vk.VK_ACCESS_TRANSFER_WRITE_BIT)
 
 
-class Sequence:
+class Sequence(ManagedObject):
     """Records ops into one command buffer and submits it to one queue.
 
     Barriers: before an op that reads or writes something an earlier op in the sequence wrote, or
@@ -214,15 +215,6 @@ class Sequence:
         self._destroyed = True
         self._mgr._stats["sequences"] -= 1
         self._mgr._untrack(self)
-
-    def __del__(self):
-        # a dropped Python object frees its Vulkan objects, as Kompute's shared_ptr does
-        try:
-            # also while the Manager tears down: a cycle collected mid-teardown must still free
-            if not self._destroyed and self._mgr._device is not None:
-                self.destroy()
-        except Exception:
-            pass
 
     # --- kbench additions ----------------------------------------------------------------------
     def ops(self) -> list[OpBase]:

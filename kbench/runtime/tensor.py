@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .memory import Buffer
+from .memory import Buffer, ManagedObject
 
 if TYPE_CHECKING:  # pragma: no cover
     from .manager import Manager
@@ -88,7 +88,7 @@ class _HostView:
         self.__array_interface__ = {"shape": (count,), "typestr": dtype.str, "data": (ptr, False), "version": 3}
 
 
-class Tensor:
+class Tensor(ManagedObject):
     """A typed, flat buffer owned by a Manager. Create with ``Manager.tensor``/``tensor_t``."""
 
     def __init__(self, mgr: "Manager", array: np.ndarray, tensor_type: TensorTypes, zero: bool = False):
@@ -151,15 +151,6 @@ class Tensor:
         if self._live_views == 0:
             self._release()
         self._mgr._untrack(self)
-
-    def __del__(self):
-        # a dropped Python object frees its Vulkan objects, as Kompute's shared_ptr does
-        try:
-            # also while the Manager tears down: a cycle collected mid-teardown must still free
-            if not self._destroyed and self._mgr._device is not None:
-                self.destroy()
-        except Exception:
-            pass
 
     # --- kbench additions ----------------------------------------------------------------------
     def nbytes(self) -> int:
