@@ -160,6 +160,15 @@ def status_counts(df: pd.DataFrame) -> pd.DataFrame:
 
 # ----------------------------------------------------------------------------- performance
 
+def _timed_passes(prepared: pd.DataFrame) -> pd.DataFrame:
+    """The newest passing, timed bench record per result key (what performance tables show)."""
+    data = cases_only(prepared)
+    if data.empty:
+        return data
+    data = data[(data["mode"] == "bench") & (data["status"] == "pass") & data["time_ns"].notna()]
+    return latest(data, _RESULT_KEYS) if not data.empty else data
+
+
 def performance_long(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
     """One row per passing bench measurement (newest per device, case and queue configuration):
     time, throughput in the unit of its peak, fraction of that device's measured peak, and the
@@ -170,12 +179,9 @@ def performance_long(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFr
     prepared = prepare(df)
     peaks = PeakTable(peaks_frame(prepared))
     base_label = resolve_baseline(prepared, baseline)
-    data = cases_only(prepared)
-    if not data.empty:
-        data = data[(data["mode"] == "bench") & (data["status"] == "pass") & data["time_ns"].notna()]
+    data = _timed_passes(prepared)
     if data.empty:
         return pd.DataFrame(columns=cols)
-    data = latest(data, _RESULT_KEYS)
     out: list[dict[str, Any]] = []
     for r in data.to_dict("records"):
         unit, peak_name = throughput_kind(r, peaks)
@@ -247,12 +253,9 @@ def queue_config_long(df: pd.DataFrame) -> pd.DataFrame:
     "single" was not run."""
     cols = ["device", "case_id", "queue_config", "queues", "time_ns", "rel_spread", "speedup_vs_single"]
     prepared = prepare(df)
-    data = cases_only(prepared)
-    if not data.empty:
-        data = data[(data["mode"] == "bench") & (data["status"] == "pass") & data["time_ns"].notna()]
+    data = _timed_passes(prepared)
     if data.empty:
         return pd.DataFrame(columns=cols)
-    data = latest(data, _RESULT_KEYS)
     out: list[dict[str, Any]] = []
     for (device, case_id), group in data.groupby(["device", "case_id"], sort=False):
         if group["queue_config"].nunique() < 2:
