@@ -3,22 +3,23 @@
 //
 // Variants (the backend picks by size):
 //   small:     one workgroup does the whole vector (one dispatch).
-//   partial:   pass 1, workgroup g sums x^2 over [g*chunk, (g+1)*chunk) into scratch[1 + g].
-//   combine:   pass 2, one workgroup adds the n_parts sums and stores the scale
-//              1/sqrt(sum/size + eps) at scratch[0].
-//   normalize: pass 3, out = x * w * scale over many workgroups, one vec4 per invocation.
+//   partial:   pass 1, workgroup g sums x^2 over [g*chunk, (g+1)*chunk) (chunk a multiple of
+//              4: vec4 loads) into parts[g]; the last workgroup to finish (an atomic counter)
+//              adds the sums, stores the scale 1/sqrt(sum/size + eps) and resets the counter.
+//   normalize: pass 2, out = x * w * scale over many workgroups, one vec4 per invocation.
+// Scratch layout: counter, pad, scale, pad, then the sums; the counter is zero when the buffer
+// is created and after every partial pass.
 // The output may alias x or w (elementwise).  Local sizes must be powers of two.
 //
 // kbench: variant small RMS_SMALL
 // kbench: variant partial RMS_PARTIAL
-// kbench: variant combine RMS_COMBINE
 // kbench: variant normalize RMS_NORMALIZE
 
 layout(local_size_x_id = 0) in;
 
 layout(push_constant) uniform Push {
     uint size;     // elements in the vector
-    uint chunk;    // elements per workgroup in pass 1
+    uint chunk;    // elements per workgroup in pass 1 (a multiple of 4)
     uint n_parts;  // workgroups of pass 1
     float eps;
 } pc;
@@ -28,15 +29,14 @@ layout(std430, binding = 0) readonly buffer In { float x[]; };
 layout(std430, binding = 1) readonly buffer Weight { float w[]; };
 layout(std430, binding = 2) writeonly buffer Out { float o[]; };
 #elif defined(RMS_PARTIAL)
-layout(std430, binding = 0) readonly buffer In { float x[]; };
-layout(std430, binding = 1) writeonly buffer Scratch { float scratch[]; };
-#elif defined(RMS_COMBINE)
-layout(std430, binding = 0) buffer Scratch { float scratch[]; };
+layout(std430, binding = 0) readonly buffer In { vec4 x4[]; };
+layout(std430, binding = 1) coherent buffer Scratch { uint counter; uint pad; float total[2]; float parts[]; };
+shared bool is_last;
 #else
 layout(std430, binding = 0) readonly buffer In { vec4 x4[]; };
 layout(std430, binding = 1) readonly buffer Weight { vec4 w4[]; };
 layout(std430, binding = 2) writeonly buffer Out { vec4 o4[]; };
-layout(std430, binding = 3) readonly buffer Scratch { float scratch[]; };
+layout(std430, binding = 3) readonly buffer Scratch { uint counter; uint pad; float total[2]; float parts[]; };
 #endif
 
 #if !defined(RMS_NORMALIZE)
@@ -77,22 +77,35 @@ void main() {
     uint begin = group * pc.chunk;
     uint end = min(begin + pc.chunk, pc.size);
     float s = 0.0;
-    for (uint i = begin + lid; i < end; i += gl_WorkGroupSize.x) {
-        float v = x[i];
-        s += v * v;
+    for (uint e = begin + 4u * lid; e < end; e += 4u * gl_WorkGroupSize.x) {
+        vec4 v = x4[e >> 2];
+        if (e + 4u <= end) {
+            s += dot(v, v);
+        } else {
+            for (uint c = 0u; e + c < end; ++c) {
+                s += v[c] * v[c];
+            }
+        }
     }
     reduce_workgroup(s);
     if (lid == 0u) {
-        scratch[1u + group] = red[0];
+        parts[group] = red[0];
+        memoryBarrierBuffer();  // the sum is visible before the counter says so
+        is_last = atomicAdd(counter, 1u) == pc.n_parts - 1u;
     }
-#elif defined(RMS_COMBINE)
-    float s = 0.0;
+    barrier();
+    if (!is_last) {
+        return;
+    }
+    memoryBarrierBuffer();
+    s = 0.0;
     for (uint p = lid; p < pc.n_parts; p += gl_WorkGroupSize.x) {
-        s += scratch[1u + p];
+        s += parts[p];
     }
     reduce_workgroup(s);
     if (lid == 0u) {
-        scratch[0] = 1.0 / sqrt(red[0] / float(pc.size) + pc.eps);
+        total[0] = 1.0 / sqrt(red[0] / float(pc.size) + pc.eps);
+        counter = 0u;
     }
 #else
     uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
@@ -101,7 +114,7 @@ void main() {
     if (first >= pc.size) {
         return;
     }
-    float scale = scratch[0];
+    float scale = total[0];
     if (first + 4u <= pc.size) {
         o4[i] = x4[i] * scale * w4[i];
     } else {

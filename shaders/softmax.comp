@@ -3,17 +3,19 @@
 //
 // Variants (the backend picks by size):
 //   small:     one workgroup does the whole vector (one dispatch, for small sizes).
-//   partial:   pass 1, workgroup g reduces elements [g*chunk, (g+1)*chunk) to an online
-//              (max, sum of exp(x - max)) pair, stored at scratch[2 + 2g].
-//   combine:   pass 2, one workgroup merges the n_parts pairs into scratch[0..1].
-//   normalize: pass 3, out = exp(x - M) / S over a grid of many workgroups, one vec4 each.
-// The output may alias the input: pass 3 reads each element before writing it, and the small
+//   partial:   pass 1, workgroup g reduces elements [g*chunk, (g+1)*chunk) (chunk a multiple
+//              of 4: vec4 loads) to an online (max, sum of exp(x - max)) pair in parts[2g..];
+//              the last workgroup to finish (an atomic counter) merges all pairs into total[]
+//              and resets the counter, so no separate combine dispatch is needed.
+//   normalize: pass 2, out = exp(x - M) / S over a grid of many workgroups, one vec4 each.
+// Scratch layout: counter, pad, total[2] = (M, S), then the pairs; the counter is zero when the
+// buffer is created and after every partial pass.
+// The output may alias the input: pass 2 reads each element before writing it, and the small
 // variant writes only after every read of the vector has finished (barrier).
 // Local sizes must be powers of two (tree reduction in shared memory).
 //
 // kbench: variant small SOFTMAX_SMALL
 // kbench: variant partial SOFTMAX_PARTIAL
-// kbench: variant combine SOFTMAX_COMBINE
 // kbench: variant normalize SOFTMAX_NORMALIZE
 
 layout(local_size_x_id = 0) in;
@@ -24,7 +26,7 @@ const float EMPTY_MAX = -3.402823466e38;
 
 layout(push_constant) uniform Push {
     uint size;     // elements in the vector
-    uint chunk;    // elements per workgroup in pass 1
+    uint chunk;    // elements per workgroup in pass 1 (a multiple of 4)
     uint n_parts;  // workgroups of pass 1
 } pc;
 
@@ -32,14 +34,13 @@ layout(push_constant) uniform Push {
 layout(std430, binding = 0) readonly buffer In { float x[]; };
 layout(std430, binding = 1) writeonly buffer Out { float o[]; };
 #elif defined(SOFTMAX_PARTIAL)
-layout(std430, binding = 0) readonly buffer In { float x[]; };
-layout(std430, binding = 1) writeonly buffer Scratch { float scratch[]; };
-#elif defined(SOFTMAX_COMBINE)
-layout(std430, binding = 0) buffer Scratch { float scratch[]; };
+layout(std430, binding = 0) readonly buffer In { vec4 x4[]; };
+layout(std430, binding = 1) coherent buffer Scratch { uint counter; uint pad; float total[2]; float parts[]; };
+shared bool is_last;
 #else
 layout(std430, binding = 0) readonly buffer In { vec4 x4[]; };
 layout(std430, binding = 1) writeonly buffer Out { vec4 o4[]; };
-layout(std430, binding = 2) readonly buffer Scratch { float scratch[]; };
+layout(std430, binding = 2) readonly buffer Scratch { uint counter; uint pad; float total[2]; float parts[]; };
 #endif
 
 #if !defined(SOFTMAX_NORMALIZE)
@@ -105,24 +106,44 @@ void main() {
     uint end = min(begin + pc.chunk, pc.size);
     float m = EMPTY_MAX;
     float s = 0.0;
-    for (uint i = begin + lid; i < end; i += gl_WorkGroupSize.x) {
-        push_value(m, s, x[i]);
+    for (uint e = begin + 4u * lid; e < end; e += 4u * gl_WorkGroupSize.x) {
+        vec4 v = x4[e >> 2];
+        if (e + 4u <= end) {
+            float vm = max(max(v.x, v.y), max(v.z, v.w));
+            if (vm > m) {
+                s *= exp(m - vm);
+                m = vm;
+            }
+            vec4 ev = exp(v - m);
+            s += (ev.x + ev.y) + (ev.z + ev.w);
+        } else {
+            for (uint c = 0u; e + c < end; ++c) {
+                push_value(m, s, v[c]);
+            }
+        }
     }
     reduce_workgroup(m, s);
     if (lid == 0u) {
-        scratch[2u + 2u * group] = red_max[0];
-        scratch[3u + 2u * group] = red_sum[0];
+        parts[2u * group] = red_max[0];
+        parts[2u * group + 1u] = red_sum[0];
+        memoryBarrierBuffer();  // the pair is visible before the counter says so
+        is_last = atomicAdd(counter, 1u) == pc.n_parts - 1u;
     }
-#elif defined(SOFTMAX_COMBINE)
-    float m = EMPTY_MAX;
-    float s = 0.0;
+    barrier();
+    if (!is_last) {
+        return;
+    }
+    memoryBarrierBuffer();
+    m = EMPTY_MAX;
+    s = 0.0;
     for (uint p = lid; p < pc.n_parts; p += gl_WorkGroupSize.x) {
-        merge(m, s, scratch[2u + 2u * p], scratch[3u + 2u * p]);
+        merge(m, s, parts[2u * p], parts[2u * p + 1u]);
     }
     reduce_workgroup(m, s);
     if (lid == 0u) {
-        scratch[0] = red_max[0];
-        scratch[1] = red_sum[0];
+        total[0] = red_max[0];
+        total[1] = red_sum[0];
+        counter = 0u;
     }
 #else
     uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
@@ -131,8 +152,8 @@ void main() {
     if (first >= pc.size) {
         return;
     }
-    float mx = scratch[0];
-    float inv = 1.0 / scratch[1];
+    float mx = total[0];
+    float inv = 1.0 / total[1];
     if (first + 4u <= pc.size) {
         o4[i] = exp(x4[i] - mx) * inv;
     } else {

@@ -189,12 +189,15 @@ class KernelPolicy:
     def reduction_plan(self, size: int) -> ReductionPlan:
         if size <= self.single_group_limit:
             return ReductionPlan(True, size, 1)
-        # at least 8 elements per invocation, at most 4096 partials (combined by one workgroup)
-        chunk = max(self.wg * 8, _ceil_div(_ceil_div(size, 4096), self.wg) * self.wg)
+        # at least 8 elements per invocation, at most 4096 partials (merged by the last
+        # workgroup); chunks are whole vec4s per invocation so that pass 1 loads vec4s
+        step = 4 * self.wg
+        chunk = max(self.wg * 8, _ceil_div(_ceil_div(size, 4096), step) * step)
         return ReductionPlan(False, chunk, _ceil_div(size, chunk))
 
     def reduction(self, op: str, stage: str) -> Kernel:
-        """op: softmax or rms_norm; stage: small, partial, combine or normalize."""
+        """op: softmax or rms_norm; stage: small, partial (which also merges the partials) or
+        normalize."""
         push = PUSH_SOFTMAX if op == "softmax" else PUSH_RMS_NORM
         return Kernel(f"{op}.{stage}.spv", (self.wg,), push)
 

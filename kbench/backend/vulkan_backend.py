@@ -111,8 +111,7 @@ class VulkanBackend(ComputeBackend):
         self._internal_ids = itertools.count(-1, -1)
         self._algos: OrderedDict[tuple, _CachedAlgorithm] = OrderedDict()
         self._graveyard: list[tuple[int, Any]] = []  # (serial after which it may go, object)
-        self._scratch_key: int | None = None
-        self._scratch_bytes = 0
+        self._scratch_bufs: dict[str, tuple[int, int]] = {}  # kind -> (buffer key, bytes)
         self._rope_tables: OrderedDict[tuple[int, float], int] = OrderedDict()
         self._submissions = 0
         self._timing: list[int | None] | None = None  # GPU ns per retired batch while measuring
@@ -220,14 +219,14 @@ class VulkanBackend(ComputeBackend):
             k = pol.reduction(op, "small")
             self._dispatch(k, inputs + (out,), (1, 1, 1), k.push_record(size, size, 1, *extra))
             return
-        # scratch layout: softmax [max, sum, (max_g, sum_g)...]; rms_norm [scale, sum_g...]
+        # scratch layout (see shaders/softmax.comp): counter, pad, total[2], then per part
+        # (max, sum) for softmax or the sum of squares for rms_norm; its own buffer, because
+        # the counter must stay zero between calls and other ops' scratch would overwrite it
         per_part = 2 if op == "softmax" else 1
-        scratch = self._scratch(4 * (2 + per_part * plan.n_parts))
+        scratch = self._scratch(4 * (4 + per_part * plan.n_parts), "reduction")
         k = pol.reduction(op, "partial")
         push = k.push_record(size, plan.chunk, plan.n_parts, *extra)
         self._dispatch(k, (inputs[0], scratch), pol.grid_1d(plan.n_parts), push)
-        k = pol.reduction(op, "combine")
-        self._dispatch(k, (scratch,), (1, 1, 1), push)
         k = pol.reduction(op, "normalize")
         self._dispatch(k, inputs + (out, scratch), pol.grid_1d(pol.vec4_groups(size)), push)
 
@@ -301,15 +300,17 @@ class VulkanBackend(ComputeBackend):
         self._buffers[key] = _DeviceBuffer(self._mgr.buffer(_padded(nbytes)))
         return key
 
-    def _scratch(self, nbytes: int) -> int:
-        """The shared scratch buffer for multi-pass reductions, grown to at least nbytes."""
-        if self._scratch_key is None or nbytes > self._scratch_bytes:
-            if self._scratch_key is not None:
-                self._drop_buffer(self._scratch_key)
-            size = max(_padded(nbytes), 2 * self._scratch_bytes, 64 << 10)
-            self._scratch_key = self._new_internal(size)
-            self._scratch_bytes = size
-        return self._scratch_key
+    def _scratch(self, nbytes: int, kind: str = "partials") -> int:
+        """The scratch buffer of ``kind`` for multi-pass ops, grown to at least nbytes (a new
+        buffer starts zero-filled)."""
+        key, have = self._scratch_bufs.get(kind, (None, 0))
+        if key is None or nbytes > have:
+            if key is not None:
+                self._drop_buffer(key)
+            size = max(_padded(nbytes), 2 * have, 64 << 10)
+            key = self._new_internal(size)
+            self._scratch_bufs[kind] = (key, size)
+        return key
 
     def _rope_table(self, head_dim: int, freq_base: float) -> int:
         """Device buffer of (g0, g1, g2, 0) per pair, g = freq_base^(-2i/head_dim) / 2pi split so

@@ -305,16 +305,33 @@ def _time(inst: Instance, target: Target, states: list[tuple[Lane, Any]], rec: d
         for lane, state in states:
             _wait(inst, lane, state)
 
-    host, repeats = host_samples(run_sample, policy)
-    lanes = len(states)
+    clock, keeper = target.sm_clock, target.keeper
+    if keeper is not None:
+        keeper.pause()
+    try:
+        settle: dict[str, Any] = {}
+        ready = clock.boosted if clock is not None and clock.available else None
+        host, repeats = host_samples(run_sample, policy, ready=ready, info=settle)
+        seen_mhz: list[float] = []
+
+        def launch_and_watch(lane: Lane, state: Any) -> None:
+            case.launch(lane, state, params)
+            if clock is not None and len(seen_mhz) < 4096:
+                mhz = clock.mhz()
+                if mhz is not None:
+                    seen_mhz.append(mhz)
+        lanes = len(states)
+        gpu = None
+        if case.layer == "runtime" and lanes == 1:
+            gpu = _sequence_gpu_samples(inst, *states[0], repeats, policy)
+        elif target.gpu_timer is not None and lanes == 1:
+            lane, state = states[0]
+            gpu = target.gpu_timer(lane, lambda: launch_and_watch(lane, state),
+                                   lambda: _wait(inst, lane, state), repeats, policy)
+    finally:
+        if keeper is not None:
+            keeper.resume()
     rec["host_ns"] = stats(host, repeats)
-    gpu = None
-    if case.layer == "runtime" and lanes == 1:
-        gpu = _sequence_gpu_samples(inst, *states[0], repeats, policy)
-    elif target.gpu_timer is not None and lanes == 1:
-        lane, state = states[0]
-        gpu = target.gpu_timer(lane, lambda: case.launch(lane, state, params),
-                               lambda: _wait(inst, lane, state), repeats, policy)
     if gpu:
         rec["gpu_ns"] = stats(gpu, repeats)
         median = rec["gpu_ns"]["median"]
@@ -330,4 +347,12 @@ def _time(inst: Instance, target: Target, states: list[tuple[Lane, Any]], rec: d
         # a cross-check of the GPU clock against host time of the same work (which also holds
         # submission and wait overhead, so it is >= GPU time; close to 1 for long kernels)
         rec["gpu_host_ratio"] = rec["gpu_ns"]["median"] / rec["host_ns"]["median"]
-    rec["clocks"] = read_clocks(target.props)
+    clocks = read_clocks(target.props)
+    if isinstance(clocks, dict):
+        # the SM clock seen while the GPU-timed samples ran (read after each call is issued)
+        if seen_mhz:
+            clocks.update(sm_mhz_min=min(seen_mhz), sm_mhz_max=max(seen_mhz))
+        clocks.update(settle)
+    elif settle.get("warmup_samples"):
+        rec["warmup"] = settle
+    rec["clocks"] = clocks

@@ -41,6 +41,10 @@ class Target:
     #: GPU timer: fn(lane, launch, repeats) -> list of ns per call, or None when not available
     gpu_timer: Callable[..., Any] | None = None
     closers: list[Callable[[], None]] = field(default_factory=list)
+    #: live SM clock reader (kbench.bench.clocks.SmClock) for warm-up and clock records
+    sm_clock: Any = None
+    #: ClockKeeper keeping the GPU out of idle clocks between measurements (paused while timing)
+    keeper: Any = None
 
     @property
     def queues(self) -> list[list[int]]:

@@ -26,15 +26,22 @@ class TimingPolicy:
     warmup: int = 1
     max_repeats: int = 1000
     max_total_s: float = 5.0       # stop taking samples once this much time went by (>= 3 samples)
+    #: warm-up until the device has settled: two consecutive samples within settle_tol of each
+    #: other and the device ready (its clock boosted, where it can be read), for at most
+    #: settle_max_s seconds (0: no settling, only the `warmup` calls)
+    settle_max_s: float = 10.0
+    settle_tol: float = 0.03
 
     def __post_init__(self) -> None:
-        if self.min_sample_s <= 0 or self.samples < 1 or self.max_repeats < 1 or self.warmup < 0:
+        if (self.min_sample_s <= 0 or self.samples < 1 or self.max_repeats < 1 or self.warmup < 0
+                or self.settle_max_s < 0 or not 0 < self.settle_tol < 1):
             raise ValueError(f"bad timing policy {self}")
 
 
 GPU_POLICY = TimingPolicy()
 #: lavapipe / CPU drivers: short samples keep the CI bench quick
-CPU_POLICY = TimingPolicy(min_sample_s=0.002, samples=3, warmup=1, max_repeats=50, max_total_s=1.0)
+CPU_POLICY = TimingPolicy(min_sample_s=0.002, samples=3, warmup=1, max_repeats=50, max_total_s=1.0,
+                          settle_max_s=0.0)
 
 
 def stats(values_ns: Sequence[float], repeats: int) -> dict[str, float | int]:
@@ -57,17 +64,40 @@ def choose_repeats(one_call_s: float, policy: TimingPolicy) -> int:
     return int(min(policy.max_repeats, max(1, math.ceil(policy.min_sample_s / one_call_s))))
 
 
-def host_samples(run_sample: Callable[[int], None], policy: TimingPolicy) -> tuple[list[float], int]:
-    """Warm up, calibrate, then time `run_sample(repeats)` (issue + wait) on the host clock.
+def host_samples(run_sample: Callable[[int], None], policy: TimingPolicy,
+                 ready: Callable[[], bool] | None = None,
+                 info: dict | None = None) -> tuple[list[float], int]:
+    """Warm up, calibrate, settle, then time `run_sample(repeats)` (issue + wait) on the host clock.
 
-    Returns per-call nanoseconds for each sample and the repeats used.
+    Settling (policy.settle_max_s > 0) repeats samples until two in a row agree within
+    policy.settle_tol and `ready()` (e.g. "the GPU clock is boosted") holds: GPUs leave their
+    idle clocks only after seconds of sustained work, and samples taken before that measure
+    the clock governor, not the kernel. `info`, when given, receives warmup_s, settled and
+    warmup_samples. Returns per-call nanoseconds for each sample and the repeats used.
     """
+    t_start = time.perf_counter()
     for _ in range(policy.warmup):
         run_sample(1)
     t0 = time.perf_counter_ns()
     run_sample(1)
     one = (time.perf_counter_ns() - t0) / 1e9
     repeats = choose_repeats(one, policy)
+    settled, n_settle = True, 0
+    if policy.settle_max_s > 0:
+        settled = False
+        prev = None
+        while time.perf_counter() - t_start < policy.settle_max_s:
+            t0 = time.perf_counter_ns()
+            run_sample(repeats)
+            cur = time.perf_counter_ns() - t0
+            n_settle += 1
+            if prev is not None and abs(cur - prev) <= policy.settle_tol * min(cur, prev) \
+                    and (ready is None or ready()):
+                settled = True
+                break
+            prev = cur
+    if info is not None:
+        info.update(warmup_s=round(time.perf_counter() - t_start, 3), settled=settled, warmup_samples=n_settle)
     out: list[float] = []
     start = time.perf_counter()
     for _ in range(policy.samples):

@@ -83,13 +83,21 @@ def run_job(job: dict[str, Any], out: TextIO) -> int:
         emit(out, {"event": "open_failed", "reason": f"{type(exc).__name__}: {exc}"})
         return EXIT_OPEN_FAILED
     try:
+        if mode == "bench":
+            _watch_clocks(target, backend)
         emit(out, {"event": "ready", "props": target.props, "queues": target.queues})
         by_id = {i.case_id: i for c in ALL_CASES for i in c.instances(mode)}
         policy = TimingPolicy(**job["policy"]) if job.get("policy") else None
         for name in job.get("peaks", []):
             emit(out, {"event": "start", "case_id": name})
             lane = target.lanes[0]
-            rec = run_peak(get_peak(name), lane.kp, lane.manager, target.props)
+            if target.keeper is not None:
+                target.keeper.pause()
+            try:
+                rec = run_peak(get_peak(name), lane.kp, lane.manager, target.props)
+            finally:
+                if target.keeper is not None:
+                    target.keeper.resume()
             emit(out, {"event": "result", "record": rec})
         for cid in job["case_ids"]:
             emit(out, {"event": "start", "case_id": cid})
@@ -109,6 +117,29 @@ def run_job(job: dict[str, Any], out: TextIO) -> int:
         return 0
     finally:
         target.close()
+
+
+#: set to 0 to run without the ClockKeeper (the GPU then idles between measurements)
+KEEPER_ENV = "KBENCH_CLOCK_KEEPER"
+
+
+def _watch_clocks(target: Any, backend: str) -> None:
+    """Give a bench target its live clock reader and, for Vulkan GPUs whose clock can be read,
+    a ClockKeeper (see kbench.bench.clocks)."""
+    from .clocks import ClockKeeper, SmClock
+
+    clock = SmClock(target.props)
+    target.sm_clock = clock
+    if not clock.available or backend != "vulkan" or os.environ.get(KEEPER_ENV, "1") == "0":
+        return
+    try:
+        keeper = ClockKeeper(int(target.device_index))
+    except Exception as exc:  # noqa: BLE001 - without a keeper the settle phase still waits for the clock
+        print(f"kbench: no clock keeper ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return
+    keeper.resume()
+    target.keeper = keeper
+    target.closers.insert(0, keeper.close)  # closed last, after the target's own objects
 
 
 def main() -> int:

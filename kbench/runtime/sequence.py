@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from . import _vk
@@ -137,7 +138,10 @@ class Sequence(ManagedObject):
             if not isinstance(timeout_ns, int) or timeout_ns < 0:
                 raise ValueError(f"timeout_ns must be a non-negative int (nanoseconds) or None, got {timeout_ns!r}")
             timeout = min(timeout_ns, UINT64_MAX)
-        res = lib.vkWaitForFences(self._mgr._device, 1, self._fences, vk.VK_TRUE, timeout)
+        res = self._spin(timeout)
+        if res is None:
+            res = lib.vkWaitForFences(self._mgr._device, 1, self._fences, vk.VK_TRUE,
+                                      timeout if timeout == UINT64_MAX else max(0, timeout - self._spun_ns))
         if res == vk.VK_TIMEOUT:
             return False
         self._mgr._result(res, "vkWaitForFences")
@@ -145,6 +149,25 @@ class Sequence(ManagedObject):
         for o in self._ops:
             o.post_eval(self)
         return True
+
+    def _spin(self, timeout: int) -> int | None:
+        """Poll the fence for up to the manager's ``wait_spin_ns`` before blocking: a blocking
+        vkWaitForFences wakes the thread late (measured on an H200: 44 us submit-and-wait round
+        trip blocking, 19 us polling), which dominates short submissions. Returns the fence's
+        status once it is signalled (or an error), None when the caller should block."""
+        budget = min(self._mgr.wait_spin_ns, timeout)
+        self._spun_ns = 0
+        if budget <= 0:
+            return None
+        dev, fence = self._mgr._device, self._fence
+        start = time.perf_counter_ns()
+        while True:
+            res = lib.vkGetFenceStatus(dev, fence)
+            if res != vk.VK_NOT_READY:
+                return res
+            self._spun_ns = time.perf_counter_ns() - start
+            if self._spun_ns >= budget:
+                return vk.VK_TIMEOUT if budget >= timeout else None
 
     def is_recording(self) -> bool:
         return self._recording
