@@ -237,6 +237,26 @@ def _run_mode(args: argparse.Namespace, mode: str) -> int:
     return EXIT_OK if result.summary.ok else EXIT_FAILURES
 
 
+def _timer_checks(files: Any) -> list[str]:
+    """kbench.report.truth's cross-checks over the records this run wrote."""
+    import json
+
+    from kbench.report.truth import timer_checks
+
+    recs = []
+    for path in files:
+        try:
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    rec = json.loads(line)
+                    if "torch-cuda" in str(path) and rec.get("kind") == "peak":
+                        rec["_backend"] = "torch-cuda"
+                    recs.append(rec)
+        except (OSError, ValueError):
+            continue
+    return timer_checks(recs)
+
+
 def print_summary(result: Any, mode: str, stream=None) -> None:
     """Counts per status, notes, unexpected passes, new failures and where results went."""
     stream = stream or sys.stdout
@@ -256,6 +276,9 @@ def print_summary(result: Any, mode: str, stream=None) -> None:
             print(f"    {line}", file=stream)
         if len(s.new_failures) > 20:
             print(f"    ... and {len(s.new_failures) - 20} more (see the results file)", file=stream)
+    if mode == "bench":
+        for line in _timer_checks(result.files):
+            print(f"  timer check: {line}", file=stream)
     for path in result.files:
         print(f"  results: {path}", file=stream)
     if result.interrupted:

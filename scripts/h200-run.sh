@@ -1,25 +1,40 @@
 #!/usr/bin/env bash
-# The H200 run behind results/ (through the device tool; see ../shared/device/README.md):
-#   carry [".gl", ".whl"], command: bash scripts/h200-run.sh
+# The H200 runs behind results/nvidia-h200 (through the device tool; see ../shared/device/README.md):
+#   carry [".gl", ".whl"], command: bash scripts/h200-run.sh bench   (then: ... extra)
+# bench: the issue-7 cases with the PyTorch/CUDA peer in the same run (one `kbench bench`).
+# extra: kernel probes (variants, fp16 matrix-vector peer), queue configurations, validate, runtime tests.
 # Writes result runs and logs under $OUT (at most 8 files come back).
 set -u
 source .gl/device-env.sh
 export PYTHONUNBUFFERED=1
-out=${OUT:-out}; mkdir -p "$out/b" "$out/q" "$out/v"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
-# bench: the model-like sizes issue 7 targets, with peaks and the PyTorch CUDA peer
-timeout ${BENCH_S:-300} python3 -m kbench bench --peer torch --quiet --out "$out/b" \
-  -k "size=268435456" -k "size=16777216" -k "matmul[m=4096" -k "matmul[m=8192" \
-  -k "dtype=Q4_0]" -k "dtype=Q8_0]" -k "dtype=Q4_K]" -k "dtype=Q6_K]" \
-  -k "attention[" -k "issue_rate" -k "copy_buffer[" -k "copy_roundtrip" > "$out/bench.log" 2>&1
-tail -4 "$out/bench.log"
-# queue configurations: one queue, several queues of a family, one per compute family, async
-timeout ${QUEUE_S:-60} python3 -m kbench bench -q all --no-peaks --quiet --out "$out/q" \
-  -k "add[size=16777216]" -k "matmul[m=1024" -k "kp_mult[size=16777216]" >> "$out/bench.log" 2>&1
-tail -3 "$out/bench.log"
-timeout ${VALIDATE_S:-100} python3 -m kbench validate -q all --quiet --out "$out/v" > "$out/validate.log" 2>&1
-tail -5 "$out/validate.log"
-KBENCH_VALIDATION=1 timeout ${TESTS_S:-90} python3 -m pytest tests/test_runtime_kompute.py tests/test_runtime_fixes.py \
-  tests/test_runtime_lifetimes.py tests/test_runtime_device.py tests/test_vulkan_backend.py -q -rs -p no:cacheprovider \
-  > "$out/tests.log" 2>&1
-tail -4 "$out/tests.log"
+out=${OUT:-out}; mkdir -p "$out"
+what=${1:-bench}
+if [ "$what" = bench ]; then
+  mkdir -p "$out/b"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+  k=()
+  for c in add element_mul silu; do k+=(-k "$c[size=16777216]" -k "$c[size=268435456]"); done
+  for c in softmax rms_norm; do k+=(-k "$c[size=16777216," -k "$c[size=268435456,"); done
+  for d in Q4_0 Q8_0 Q4_K Q6_K F16; do k+=(-k "rotate_mib=256,dtype=$d]"); done
+  k+=(-k "matmul[m=4096" -k "matmul[m=8192" -k "matmul_f16[m=4096" -k "matmul_f16[m=8192" \
+      -k "attention[head_dim=128,seq_len=8192" -k "copy_buffer[size=1073741824]" -k "copy_buffer[size=67108864]" \
+      -k "copy_roundtrip[size=536870912]" -k "issue_rate" -k "kp_sync[size=16777216,dtype=float32]")
+  timeout ${BENCH_S:-540} python3 -m kbench bench --peer torch --quiet --out "$out/b" "${k[@]}" > "$out/bench.log" 2>&1
+  tail -8 "$out/bench.log"
+else
+  mkdir -p "$out/q" "$out/v"
+  for p in scripts/probe_matmul.py scripts/probe_qmatvec.py; do
+    [ -f "$p" ] && timeout 120 python3 "$p" > "$out/$(basename "$p" .py).log" 2>&1
+    [ -f "$p" ] && tail -40 "$out/$(basename "$p" .py).log"
+  done
+  # parallel queues: one queue, several queues of family 0, one queue per compute family (0 and 2), async
+  timeout ${QUEUE_S:-100} python3 -m kbench bench -q all --no-peaks --quiet --out "$out/q" \
+    -k "add[size=16777216]" -k "matmul[m=1024" -k "kp_mult[size=16777216]" > "$out/queues.log" 2>&1
+  tail -4 "$out/queues.log"
+  timeout ${VALIDATE_S:-100} python3 -m kbench validate --quiet --out "$out/v" > "$out/validate.log" 2>&1
+  tail -4 "$out/validate.log"
+  KBENCH_VALIDATION=1 timeout ${TESTS_S:-120} python3 -m pytest tests/test_runtime_kompute.py tests/test_runtime_fixes.py \
+    tests/test_runtime_lifetimes.py tests/test_runtime_device.py tests/test_vulkan_backend.py tests/test_reductions.py \
+    -q -rs -p no:cacheprovider > "$out/tests.log" 2>&1
+  tail -4 "$out/tests.log"
+fi

@@ -249,3 +249,69 @@ def open_peer_target() -> Target:
     t = Target(PEER_NAME, 0, peer_properties(), "single", [Lane(backend=be)], gpu_timer=cuda_event_timer(torch))
     t.closers.append(be.close)
     return t
+
+
+# ---- the peer's own peaks: the same figures kbench measures on Vulkan, through CUDA ----------
+
+MiB = 1 << 20
+#: the copy peak's buffer size: the size kbench's Vulkan copy peak uses on GPUs, so that the two
+#: timers (Vulkan timestamps, CUDA events) see equal-sized copies
+PEER_COPY_BYTES = 256 * MiB
+PEER_PEAKS = ("peak.copy_bandwidth", "peak.dispatch_latency")
+
+
+def _peer_copy_bandwidth(torch: Any) -> dict[str, Any]:
+    from .timing import stats
+
+    src = torch.empty(PEER_COPY_BYTES, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    for _ in range(20):  # warm-up, and the clocks up
+        dst.copy_(src)
+    times = []
+    for _ in range(20):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e6)
+    s = stats(times, 1)
+    return {"value": 2 * PEER_COPY_BYTES / s["median"], "gpu_ns": s, "bytes": 2 * PEER_COPY_BYTES,
+            "params": {"buffer_bytes": PEER_COPY_BYTES, "timer": "cuda events"}}
+
+
+def _peer_dispatch_latency(torch: Any) -> dict[str, Any]:
+    import time
+
+    from .timing import stats
+
+    x = torch.zeros(1, device="cuda")
+    for _ in range(50):
+        x.add_(1)
+        torch.cuda.synchronize()
+    samples = []
+    for _ in range(300):
+        t0 = time.perf_counter_ns()
+        x.add_(1)  # the smallest kernel launch PyTorch makes, then wait for it
+        torch.cuda.synchronize()
+        samples.append(float(time.perf_counter_ns() - t0))
+    s = stats(samples, 1)
+    return {"value": s["median"], "host_ns": s, "params": {"what": "tensor.add_ on 1 element + cuda.synchronize"}}
+
+
+def run_peer_peak(name: str) -> dict[str, Any]:
+    """A peak record for the peer (same names and units as kbench.bench.peaks), or an error record."""
+    from .peaks import get_peak
+
+    peak = get_peak(name)
+    base = {"case": name, "params": {}, "case_id": name, "mode": "bench", "layer": "peak"}
+    fn = {"peak.copy_bandwidth": _peer_copy_bandwidth, "peak.dispatch_latency": _peer_dispatch_latency}.get(name)
+    if fn is None:
+        return {**base, "kind": "case", "status": "unsupported", "reason": f"the {PEER_NAME} peer does not measure {name}"}
+    try:
+        import torch
+
+        result = fn(torch)
+    except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
+        return {**base, "kind": "case", "status": "error", "reason": f"{type(exc).__name__}: {exc}"}
+    return {"kind": "peak", "peak": peak.name, "unit": peak.unit, **result}

@@ -400,7 +400,7 @@ class Runner:
     def _run_peer(self) -> None:
         from kbench.results import RunWriter, collect_provenance
 
-        from .peer_torch import PEER_NAME, availability, peer_properties
+        from .peer_torch import PEER_NAME, PEER_PEAKS, availability, peer_properties
 
         ok, why = availability()
         insts = [i for i in self.instances if i.case.layer == "backend"]
@@ -424,7 +424,8 @@ class Runner:
             saved = self.instances
             self.instances = insts
             try:
-                self._run_config(writer, props or {}, "single", insts, [], {}, PEER_NAME)
+                peak_names = list(PEER_PEAKS) if self.o.mode == "bench" and self.o.peaks else []
+                self._run_config(writer, props or {}, "single", insts, peak_names, {}, PEER_NAME)
             finally:
                 self.instances = saved
 

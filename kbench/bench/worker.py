@@ -94,7 +94,12 @@ def run_job(job: dict[str, Any], out: TextIO) -> int:
             if target.keeper is not None:
                 target.keeper.pause()
             try:
-                rec = run_peak(get_peak(name), lane.kp, lane.manager, target.props)
+                if backend == "torch-cuda":
+                    from .peer_torch import run_peer_peak
+
+                    rec = run_peer_peak(name)
+                else:
+                    rec = run_peak(get_peak(name), lane.kp, lane.manager, target.props)
             finally:
                 if target.keeper is not None:
                     target.keeper.resume()

@@ -316,16 +316,27 @@ def _qmm_reference(inp: Arrays, p: Params) -> Arrays:
     return {"y": w @ _f64(inp["x"])}
 
 
+def _qmm_copies(p: Params) -> int:
+    """Weight copies the calls rotate through: together at least `rotate_mib` MiB, so that
+    repeated calls stream their weights from memory rather than from a 50-60 MB L2 cache
+    (a 14336 x 4096 Q4_0 matrix is 33 MB)."""
+    mib = int(p.get("rotate_mib", 0))
+    return max(1, -(-(mib * MiB) // _qmm_weight_bytes(p))) if mib else 1
+
+
 def _qmm_setup(t: Any, inp: Arrays, p: Params) -> dict:
     bufs = BackendBuffers(t.backend)
-    return {"bufs": bufs, "w": bufs.upload(inp["w"]), "x": bufs.upload(inp["x"]),
+    ws = [bufs.upload(inp["w"]) for _ in range(_qmm_copies(p))]
+    return {"bufs": bufs, "ws": ws, "next": 0, "x": bufs.upload(inp["x"]),
             "y": bufs.guarded(4 * int(p["n_rows"]))}
 
 
 def _qmm_launch(t: Any, s: dict, p: Params) -> None:
     from kbench.quant import DType
 
-    t.backend.quantized_matmul(s["w"], s["x"], s["y"].handle, int(p["n_rows"]), int(p["n_cols"]),
+    w = s["ws"][s["next"]]
+    s["next"] = (s["next"] + 1) % len(s["ws"])
+    t.backend.quantized_matmul(w, s["x"], s["y"].handle, int(p["n_rows"]), int(p["n_cols"]),
                                DType.coerce(p["dtype"]))
 
 
@@ -346,11 +357,14 @@ QUANTIZED_MATMUL = Case(
     collect=lambda t, s, p: _sync_read(t, s, ("y",)), teardown=_teardown,
     validate_sizes=tuple({"n_rows": r, "n_cols": c} for r, c in ((1, 256), (3, 512), (17, 768), (64, 1024))),
     # 1024 x 4096: a small model's projection (keeps CPU-driver benches quick); then Llama-3-8B's FFN shapes
-    bench_sizes=({"n_rows": 1024, "n_cols": 4096}, {"n_rows": 4096, "n_cols": 14336}, {"n_rows": 14336, "n_cols": 4096}),
+    # (the model shapes rotate through >= 256 MiB of weight copies: cold L2, as in a model's layers)
+    bench_sizes=({"n_rows": 1024, "n_cols": 4096}, {"n_rows": 4096, "n_cols": 14336, "rotate_mib": 256},
+                 {"n_rows": 14336, "n_cols": 4096, "rotate_mib": 256}),
     axes={"dtype": QMATMUL_DTYPES},
     ops=("quantized_matmul",), tolerance=MATMUL_TOL,
     bytes_moved=_qmm_bytes, flops=lambda p: 2 * int(p["n_rows"]) * int(p["n_cols"]),
-    footprint=_qmm_bytes, largest_buffer=_qmm_weight_bytes,
+    footprint=lambda p: _qmm_bytes(p) + (_qmm_copies(p) - 1) * _qmm_weight_bytes(p),
+    largest_buffer=_qmm_weight_bytes,
     peak="copy_bandwidth",
 )
 
