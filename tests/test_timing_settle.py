@@ -30,14 +30,24 @@ def test_settle_waits_for_two_agreeing_samples_and_reports_it():
     assert all(t < 0.0045e9 for t in out), f"timed samples should be the fast ones, got {out}"
 
 
-def test_settle_gives_up_after_its_time_limit_when_the_device_never_gets_ready():
-    run, _ = _sleeper([0.002])
+def test_settle_gives_up_after_its_time_limit_when_samples_never_agree():
+    run, _ = _sleeper([0.002, 0.006] * 100)
     policy = TimingPolicy(min_sample_s=0.001, samples=2, warmup=0, max_repeats=1, settle_max_s=0.1)
     info: dict = {}
     t0 = time.perf_counter()
-    host_samples(run, policy, ready=lambda: False, info=info)
-    assert info["settled"] is False, f"ready() never held, yet settled: {info}"
+    host_samples(run, policy, info=info)
+    assert info["settled"] is False, f"samples alternated 2 ms / 6 ms, yet settled: {info}"
     assert time.perf_counter() - t0 < 1.0, "settling ran far past settle_max_s"
+
+
+def test_stable_samples_settle_without_a_boosted_clock_only_after_a_third_of_the_limit():
+    # host-bound work: stable from the start, the clock never reported boosted
+    run, _ = _sleeper([0.002])
+    policy = TimingPolicy(min_sample_s=0.001, samples=2, warmup=0, max_repeats=1, settle_max_s=0.3)
+    info: dict = {}
+    host_samples(run, policy, ready=lambda: False, info=info)
+    assert info["settled"] is True, f"stable samples should settle late, got {info}"
+    assert 0.1 <= info["warmup_s"] < 0.3, f"expected settling after 0.1 s (a third of 0.3), got {info}"
 
 
 def test_bad_settle_options_are_rejected():
