@@ -24,16 +24,21 @@ if [ "$what" = bench ]; then
 else
   mkdir -p "$out/q" "$out/v"
   for p in scripts/probe_matmul.py scripts/probe_qmatvec.py; do
-    [ -f "$p" ] && timeout 120 python3 "$p" > "$out/$(basename "$p" .py).log" 2>&1
+    [ -f "$p" ] && timeout 110 python3 "$p" > "$out/$(basename "$p" .py).log" 2>&1
     [ -f "$p" ] && tail -40 "$out/$(basename "$p" .py).log"
   done
+  # the new kernels through the bench, with the peer in the same run
+  mkdir -p "$out/k"
+  timeout ${KBENCH_S:-200} python3 -m kbench bench --peer torch --quiet --out "$out/k" \
+    -k "rotate_mib=256,dtype=Q4_0]" -k "rotate_mib=256,dtype=Q8_0]" -k "rotate_mib=256,dtype=Q4_K]" \
+    -k "rotate_mib=256,dtype=Q6_K]" -k "matmul[m=4096" -k "matmul[m=8192" -k "matmul_f16[m=4096" -k "matmul_f16[m=8192" \
+    -k "softmax[size=16777216," -k "rms_norm[size=16777216," > "$out/kbench.log" 2>&1
+  tail -5 "$out/kbench.log"
   # parallel queues: one queue, several queues of family 0, one queue per compute family (0 and 2), async
-  timeout ${QUEUE_S:-100} python3 -m kbench bench -q all --no-peaks --quiet --out "$out/q" \
+  timeout ${QUEUE_S:-80} python3 -m kbench bench -q all --no-peaks --quiet --out "$out/q" \
     -k "add[size=16777216]" -k "matmul[m=1024" -k "kp_mult[size=16777216]" > "$out/queues.log" 2>&1
   tail -4 "$out/queues.log"
-  timeout ${VALIDATE_S:-100} python3 -m kbench validate --quiet --out "$out/v" > "$out/validate.log" 2>&1
-  tail -4 "$out/validate.log"
-  KBENCH_VALIDATION=1 timeout ${TESTS_S:-120} python3 -m pytest tests/test_runtime_kompute.py tests/test_runtime_fixes.py \
+  KBENCH_VALIDATION=1 timeout ${TESTS_S:-100} python3 -m pytest tests/test_runtime_kompute.py tests/test_runtime_fixes.py \
     tests/test_runtime_lifetimes.py tests/test_runtime_device.py tests/test_vulkan_backend.py tests/test_reductions.py \
     -q -rs -p no:cacheprovider > "$out/tests.log" 2>&1
   tail -4 "$out/tests.log"

@@ -1,24 +1,41 @@
 #version 450
-// fp32 matrix product C[m,n] = A[m,k] @ B[k,n], all row-major, any m, n, k >= 1.
+#extension GL_EXT_control_flow_attributes : enable
+// fp32 matrix product C[m,n] = A[m,k] @ B[k,n], all row-major, any m, n, k >= 1 (SGEMM).
 //
-// Each workgroup computes a BM x BN tile of C; each invocation a TM x TN sub-tile held in
-// registers.  A and B are staged through shared memory in BK-deep slices (zero-padded at the
-// matrix edges, so no size needs to be a multiple of a tile).  The invocation's rows and
-// columns are strided by BM/TM and BN/TN so that neighbouring invocations read neighbouring
-// shared-memory words and write neighbouring elements of C.
-// local_size_x must equal (BM/TM) * (BN/TN); the backend derives all of them from the
-// device's limits.  Grid: (ceil(n/BN), ceil(m/BM)).
+// Each workgroup computes a BM x BN block of C; each invocation a TM x TN sub-tile held in
+// registers, as TM/4 x TN/4 groups of 4x4 (rows ty*4.. of each BM/(TM/4)-row band, columns
+// tx*4.. of each BN/(TN/4)-column band), so that every shared-memory read of the inner loop is
+// a vec4 and neighbouring invocations write neighbouring vec4s of C.
+//
+// A and B are staged through shared memory in BK-deep slices, A transposed (k-major, rows
+// padded by 4 floats so the transposing stores hit distinct banks), B as is.  With STAGES = 2
+// the slices are double-buffered: the next slice is fetched into registers while the current
+// one is multiplied, then stored into the other buffer (one barrier per slice); STAGES = 1
+// uses one buffer and two barriers (for devices with little shared memory).
+//
+// VEC4 = 1 (needs n % 4 == 0 and k % 4 == 0): global loads and stores of C are whole vec4s.
+// VEC4 = 0: the general path, element-wise loads/stores with bounds checks (any m, n, k).
+// Edges are zero-padded in either case, so no size needs to be a multiple of a tile.
+// GROUP_M > 1 renumbers the workgroups so that GROUP_M block rows sweep the columns together
+// (the A and B panels they share stay in L2).
+//
+// local_size_x must equal (BM/TM) * (BN/TN); TM, TN, BK are multiples of 4.  The backend derives
+// all of them (kbench/backend/kernels.py KernelPolicy.matmul).  Grid: (ceil(n/BN), ceil(m/BM)).
 
 layout(local_size_x_id = 0) in;
-layout(constant_id = 1) const uint BM = 64;
-layout(constant_id = 2) const uint BN = 64;
+layout(constant_id = 1) const uint BM = 128;
+layout(constant_id = 2) const uint BN = 128;
 layout(constant_id = 3) const uint BK = 16;
-layout(constant_id = 4) const uint TM = 4;
-layout(constant_id = 5) const uint TN = 4;
+layout(constant_id = 4) const uint TM = 8;
+layout(constant_id = 5) const uint TN = 8;
+layout(constant_id = 6) const uint VEC4 = 0;
+layout(constant_id = 7) const uint STAGES = 2;
+layout(constant_id = 8) const uint GROUP_M = 1;
 
-layout(std430, binding = 0) readonly buffer MatA { float a[]; };
-layout(std430, binding = 1) readonly buffer MatB { float b[]; };
-layout(std430, binding = 2) writeonly buffer MatC { float c[]; };
+// vec4 views of the buffers; the general path reads and writes single components
+layout(std430, binding = 0) readonly buffer MatA { vec4 a4[]; };
+layout(std430, binding = 1) readonly buffer MatB { vec4 b4[]; };
+layout(std430, binding = 2) writeonly buffer MatC { vec4 c4[]; };
 
 layout(push_constant) uniform Push {
     uint m;
@@ -26,67 +43,189 @@ layout(push_constant) uniform Push {
     uint k;
 } pc;
 
-shared float tile_a[BK * BM];  // tile_a[p * BM + r] = A[row0 + r, k0 + p]
-shared float tile_b[BK * BN];  // tile_b[p * BN + j] = B[k0 + p, col0 + j]
+const uint THREADS = (BM / TM) * (BN / TN);
+const uint TX = BN / TN;          // invocations along n
+const uint AROW = BM + 4u;        // floats per k-row of the transposed A slice (padded)
+const uint AROW4 = AROW / 4u;
+const uint BROW4 = BN / 4u;
+const uint A_SLICE4 = BK * AROW4;  // vec4s of one A buffer
+const uint B_SLICE4 = BK * BROW4;
+const uint A_LOAD4 = BM * BK / 4u;  // vec4s of A fetched per slice
+const uint B_LOAD4 = BK * BN / 4u;
+const uint LA = (A_LOAD4 + THREADS - 1u) / THREADS;  // per invocation
+const uint LB = (B_LOAD4 + THREADS - 1u) / THREADS;
+const uint KQ = BK / 4u;           // vec4s along k of one A row slice
 
-void main() {
-    const uint threads = (BM / TM) * (BN / TN);
-    const uint row_step = BM / TM;
-    const uint col_step = BN / TN;
-    uint lid = gl_LocalInvocationID.x;
-    uint tr = lid / col_step;
-    uint tc = lid % col_step;
-    uint row0 = gl_WorkGroupID.y * BM;
-    uint col0 = gl_WorkGroupID.x * BN;
+shared vec4 sA[STAGES * A_SLICE4];  // sA[s*A_SLICE4 + p*AROW4 + r/4][r%4] = A[row0 + r, k0 + p]
+shared vec4 sB[STAGES * B_SLICE4];  // sB[s*B_SLICE4 + p*BROW4 + j/4][j%4] = B[k0 + p, col0 + j]
 
-    float acc[TM * TN];
-    for (uint i = 0u; i < TM * TN; ++i) {
-        acc[i] = 0.0;
-    }
-    float ra[TM];
-    float rb[TN];
+vec4 pa[LA];
+vec4 pb[LB];
 
-    for (uint k0 = 0u; k0 < pc.k; k0 += BK) {
-        for (uint e = lid; e < BM * BK; e += threads) {
-            uint r = e / BK;
-            uint p = e % BK;
+// fetch the A and B slices starting at k0 into pa / pb (zero outside the matrices)
+void fetch(uint row0, uint col0, uint k0, uint lid) {
+    [[unroll]] for (uint i = 0u; i < LA; ++i) {
+        uint e = lid + i * THREADS;
+        vec4 v = vec4(0.0);
+        if (e < A_LOAD4) {
+            uint r = e / KQ;
             uint gr = row0 + r;
-            uint gp = k0 + p;
-            tile_a[p * BM + r] = (gr < pc.m && gp < pc.k) ? a[gr * pc.k + gp] : 0.0;
-        }
-        for (uint e = lid; e < BK * BN; e += threads) {
-            uint p = e / BN;
-            uint j = e % BN;
-            uint gp = k0 + p;
-            uint gc = col0 + j;
-            tile_b[p * BN + j] = (gp < pc.k && gc < pc.n) ? b[gp * pc.n + gc] : 0.0;
-        }
-        barrier();
-        for (uint p = 0u; p < BK; ++p) {
-            for (uint i = 0u; i < TM; ++i) {
-                ra[i] = tile_a[p * BM + tr + i * row_step];
-            }
-            for (uint j = 0u; j < TN; ++j) {
-                rb[j] = tile_b[p * BN + tc + j * col_step];
-            }
-            for (uint i = 0u; i < TM; ++i) {
-                for (uint j = 0u; j < TN; ++j) {
-                    acc[i * TN + j] = fma(ra[i], rb[j], acc[i * TN + j]);
+            uint gk = k0 + 4u * (e % KQ);
+            if (VEC4 != 0u) {
+                if (gr < pc.m && gk < pc.k) {
+                    v = a4[(gr * pc.k + gk) >> 2];
+                }
+            } else if (gr < pc.m) {
+                uint base = gr * pc.k + gk;
+                [[unroll]] for (uint c = 0u; c < 4u; ++c) {
+                    if (gk + c < pc.k) {
+                        v[c] = a4[(base + c) >> 2][(base + c) & 3u];
+                    }
                 }
             }
         }
-        barrier();
+        pa[i] = v;
+    }
+    [[unroll]] for (uint i = 0u; i < LB; ++i) {
+        uint e = lid + i * THREADS;
+        vec4 v = vec4(0.0);
+        if (e < B_LOAD4) {
+            uint gp = k0 + e / BROW4;
+            uint gc = col0 + 4u * (e % BROW4);
+            if (VEC4 != 0u) {
+                if (gp < pc.k && gc < pc.n) {
+                    v = b4[(gp * pc.n + gc) >> 2];
+                }
+            } else if (gp < pc.k) {
+                uint base = gp * pc.n + gc;
+                [[unroll]] for (uint c = 0u; c < 4u; ++c) {
+                    if (gc + c < pc.n) {
+                        v[c] = b4[(base + c) >> 2][(base + c) & 3u];
+                    }
+                }
+            }
+        }
+        pb[i] = v;
+    }
+}
+
+// store pa / pb into shared buffer `stage`
+void stash(uint stage, uint lid) {
+    [[unroll]] for (uint i = 0u; i < LA; ++i) {
+        uint e = lid + i * THREADS;
+        if (e < A_LOAD4) {
+            uint r = e / KQ;
+            uint p = 4u * (e % KQ);
+            uint at = stage * A_SLICE4 + (r >> 2);
+            uint comp = r & 3u;
+            [[unroll]] for (uint c = 0u; c < 4u; ++c) {
+                sA[at + (p + c) * AROW4][comp] = pa[i][c];
+            }
+        }
+    }
+    [[unroll]] for (uint i = 0u; i < LB; ++i) {
+        uint e = lid + i * THREADS;
+        if (e < B_LOAD4) {
+            sB[stage * B_SLICE4 + e] = pb[i];
+        }
+    }
+}
+
+void main() {
+    uint lid = gl_LocalInvocationID.x;
+    uint tx = lid % TX;
+    uint ty = lid / TX;
+
+    // block coordinates, optionally grouped GROUP_M block rows at a time
+    uint bx = gl_WorkGroupID.x;
+    uint by = gl_WorkGroupID.y;
+    if (GROUP_M > 1u) {
+        uint gx = gl_NumWorkGroups.x;
+        uint gy = gl_NumWorkGroups.y;
+        uint id = by * gx + bx;
+        uint per_group = GROUP_M * gx;
+        uint first = (id / per_group) * GROUP_M;
+        uint rows = min(gy - first, GROUP_M);
+        uint inner = id % per_group;
+        by = first + inner % rows;
+        bx = inner / rows;
+    }
+    uint row0 = by * BM;
+    uint col0 = bx * BN;
+
+    float acc[TM * TN];
+    [[unroll]] for (uint i = 0u; i < TM * TN; ++i) {
+        acc[i] = 0.0;
+    }
+    vec4 ra[TM / 4u];
+    vec4 rb[TN / 4u];
+
+    uint slices = (pc.k + BK - 1u) / BK;
+    fetch(row0, col0, 0u, lid);
+    stash(0u, lid);
+    barrier();
+
+    for (uint s = 0u; s < slices; ++s) {
+        uint stage = (STAGES == 2u) ? (s & 1u) : 0u;
+        bool more = s + 1u < slices;
+        if (more) {
+            fetch(row0, col0, (s + 1u) * BK, lid);  // in flight while this slice is multiplied
+        }
+        uint abase = stage * A_SLICE4 + ty;
+        uint bbase = stage * B_SLICE4 + tx;
+        [[unroll]] for (uint p = 0u; p < BK; ++p) {
+            [[unroll]] for (uint g = 0u; g < TM / 4u; ++g) {
+                ra[g] = sA[abase + p * AROW4 + g * (BM / TM)];
+            }
+            [[unroll]] for (uint h = 0u; h < TN / 4u; ++h) {
+                rb[h] = sB[bbase + p * BROW4 + h * (BN / TN)];
+            }
+            [[unroll]] for (uint g = 0u; g < TM / 4u; ++g) {
+                [[unroll]] for (uint r = 0u; r < 4u; ++r) {
+                    [[unroll]] for (uint h = 0u; h < TN / 4u; ++h) {
+                        [[unroll]] for (uint c = 0u; c < 4u; ++c) {
+                            uint o = (g * 4u + r) * TN + h * 4u + c;
+                            acc[o] = fma(ra[g][r], rb[h][c], acc[o]);
+                        }
+                    }
+                }
+            }
+        }
+        if (STAGES == 2u) {
+            if (more) {
+                stash(stage ^ 1u, lid);  // the other buffer: everyone finished it before the last barrier
+            }
+            barrier();
+        } else {
+            barrier();  // everyone is done with the only buffer
+            if (more) {
+                stash(0u, lid);
+            }
+            barrier();
+        }
     }
 
-    for (uint i = 0u; i < TM; ++i) {
-        uint gr = row0 + tr + i * row_step;
-        if (gr >= pc.m) {
-            break;
-        }
-        for (uint j = 0u; j < TN; ++j) {
-            uint gc = col0 + tc + j * col_step;
-            if (gc < pc.n) {
-                c[gr * pc.n + gc] = acc[i * TN + j];
+    [[unroll]] for (uint g = 0u; g < TM / 4u; ++g) {
+        [[unroll]] for (uint r = 0u; r < 4u; ++r) {
+            uint gr = row0 + g * 4u * (BM / TM) + ty * 4u + r;
+            if (gr < pc.m) {
+                [[unroll]] for (uint h = 0u; h < TN / 4u; ++h) {
+                    uint gc = col0 + h * 4u * (BN / TN) + tx * 4u;
+                    uint o = (g * 4u + r) * TN + h * 4u;
+                    vec4 v = vec4(acc[o], acc[o + 1u], acc[o + 2u], acc[o + 3u]);
+                    if (VEC4 != 0u) {
+                        if (gc < pc.n) {
+                            c4[(gr * pc.n + gc) >> 2] = v;
+                        }
+                    } else {
+                        uint base = gr * pc.n + gc;
+                        [[unroll]] for (uint c = 0u; c < 4u; ++c) {
+                            if (gc + c < pc.n) {
+                                c4[(base + c) >> 2][(base + c) & 3u] = v[c];
+                            }
+                        }
+                    }
+                }
             }
         }
     }

@@ -48,6 +48,10 @@ QMATVEC_DTYPES: Mapping[DType, str] = {
 
 _K_FORMATS = frozenset({DType.Q4_K, DType.Q5_K, DType.Q6_K})
 
+#: formats with a kernel in qmatvec_fast.comp, and the elements one of its units covers
+QMATVEC_FAST_UNIT: Mapping[DType, int] = {DType.Q4_0: 8, DType.Q8_0: 8, DType.Q4_K: 32, DType.Q6_K: 32}
+QMATVEC_FAST_DTYPES = frozenset(QMATVEC_FAST_UNIT)
+
 
 def qmatvec_unit(dtype: DType) -> int:
     """Elements one invocation decodes at a time in qmatvec.comp."""
@@ -99,6 +103,35 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _int_tuple(name: str, value: Any, lengths: tuple[int, ...], shape: str) -> tuple[int, ...]:
+    """``value`` as a tuple of ints of one of ``lengths``; ValueError naming ``name`` otherwise."""
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise ValueError(f"{name} must be a tuple {shape}, got {value!r}") from None
+    if len(items) not in lengths or any(isinstance(v, bool) or not isinstance(v, (int, np.integer))
+                                        for v in items):
+        raise ValueError(f"{name} must be a tuple of {' or '.join(map(str, lengths))} ints {shape}, "
+                         f"got {value!r}")
+    return tuple(int(v) for v in items)
+
+
+def _group_problem(group: int) -> str:
+    return "" if group >= 1 else f"GROUP_M={group} must be >= 1 (1: no block-row grouping)"
+
+
+def _matmul_shared_bytes(bm: int, bn: int, bk: int) -> int:
+    """Shared memory of one stage of matmul.comp: A^T slice (rows padded by 4) and B slice."""
+    return 4 * bk * (bm + 4 + bn)
+
+
+def _coop_shared_bytes(wg_m: int, wg_n: int, sg_m: int, sg_n: int, bk: int, *, stages: int) -> int:
+    """Shared memory of matmul_coop.comp (uvec4 words: padded A and B slices, or the C staging)."""
+    bm, bn = wg_m * sg_m * 16, wg_n * sg_n * 16
+    ab = stages * (bm * (bk // 8 + 1) + bk * (bn // 8 + 1))
+    return 16 * max(ab, wg_m * wg_n * 64)
+
+
 @dataclass(frozen=True)
 class ReductionPlan:
     """How softmax / rms_norm split a vector: one workgroup, or partial + combine + normalize."""
@@ -119,14 +152,16 @@ class KernelPolicy:
     """Chooses kernels and launch shapes from a device's properties (``get_device_properties``).
 
     Options: ``use_subgroups`` (None: when the device has subgroup arithmetic),
-    ``matmul_tile`` = (BM, BN, BK, TM, TN), ``single_group_limit`` (largest softmax/rms_norm
+    ``matmul_tile`` = (BM, BN, BK, TM, TN[, GROUP_M]), ``matmul_f16_tile`` = (WG_M, WG_N, SG_M, SG_N,
+    BK[, GROUP_M]) (see :meth:`matmul` / :meth:`matmul_f16`), ``single_group_limit`` (largest softmax/rms_norm
     size done by one workgroup), ``grid_limit`` (cap on the grid's x dimension, below the
     device's maxComputeWorkGroupCount[0]; exercises the spread-over-y path in tests).
     """
 
     def __init__(self, props: Mapping[str, Any], *, use_subgroups: bool | None = None,
-                 matmul_tile: tuple[int, int, int, int, int] | None = None,
-                 single_group_limit: int = 8192, grid_limit: int | None = None):
+                 matmul_tile: tuple[int, ...] | None = None,
+                 single_group_limit: int = 8192, grid_limit: int | None = None,
+                 matmul_f16_tile: tuple[int, ...] | None = None):
         self.props = props
         feats = props.get("features", {})
         self.max_invocations = int(props["max_work_group_invocations"])
@@ -152,8 +187,9 @@ class KernelPolicy:
         self.wg = _pow2_floor(min(256, self.max_invocations, self.max_size[0]))
         self.single_group_limit = int(single_group_limit)
         self.matmul_tile = self._pick_matmul_tile(matmul_tile)
+        self.matmul_f16_tile = self._pick_matmul_f16_tile(matmul_f16_tile)
         # the ops ask for the same few kernels over and over: memoize per instance
-        for name in ("elementwise", "copy", "reduction", "reduction_plan", "matmul", "rope", "attn_score",
+        for name in ("elementwise", "copy", "reduction", "reduction_plan", "matmul", "matmul_f16", "rope", "attn_score",
                      "attn_value", "attn_combine", "qmatvec", "grid_1d"):
             setattr(self, name, functools.lru_cache(maxsize=256)(getattr(self, name)))
 
@@ -202,45 +238,174 @@ class KernelPolicy:
         return Kernel(f"{op}.{stage}.spv", (self.wg,), push)
 
     # -- matmul ----------------------------------------------------------------------------------
-    def _pick_matmul_tile(self, tile) -> tuple[int, int, int, int, int]:
+    # fp32 (shaders/matmul.comp): matmul_tile = (BM, BN, BK, TM, TN[, GROUP_M]).  GPUs get
+    # 128x128x16 blocks of 8x8 outputs per invocation (256 invocations), CPU drivers 64x64x16
+    # blocks of 4x4, where large register tiles only spill.  The slices are double-buffered where
+    # two fit in shared memory; GROUP_M block rows sweep the columns together (L2 reuse).
+    MATMUL_GPU_TILE = (128, 128, 16, 8, 8)
+    MATMUL_CPU_TILE = (64, 64, 16, 4, 4)
+    MATMUL_TINY_TILE = (32, 32, 8, 4, 4)
+    MATMUL_GPU_GROUP_M = 8
+
+    def _pick_matmul_tile(self, tile) -> tuple[int, ...]:
         if tile is None:
-            # 128x128 tiles with 8x8 outputs per invocation on GPUs; smaller on CPU drivers,
-            # where large register tiles only spill
-            big = (128, 128, 16, 8, 8)
-            small = (64, 64, 16, 4, 4)
-            tile = small if self.is_cpu else big
-            if not self._tile_fits(tile):
-                tile = small
-            if not self._tile_fits(tile):
-                tile = (32, 32, 8, 4, 4)
-        tile = tuple(int(v) for v in tile)
-        if len(tile) != 5 or not self._tile_fits(tile):
-            raise ValueError(
-                f"matmul_tile {tile!r} does not fit this device (TM divides BM, TN divides BN, "
-                f"(BM/TM)*(BN/TN) <= {self.max_invocations} invocations, "
-                f"4*BK*(BM+BN) <= {self.max_shared} bytes of shared memory)"
-            )
-        return tile  # type: ignore[return-value]
+            first = self.MATMUL_CPU_TILE if self.is_cpu else self.MATMUL_GPU_TILE
+            tile = next((t for t in (first, self.MATMUL_CPU_TILE, self.MATMUL_TINY_TILE)
+                         if not self._matmul_tile_problem(t)), self.MATMUL_TINY_TILE)
+            group = 1 if self.is_cpu else self.MATMUL_GPU_GROUP_M
+        else:
+            tile = _int_tuple("matmul_tile", tile, (5, 6), "(BM, BN, BK, TM, TN[, GROUP_M])")
+            group = tile[5] if len(tile) == 6 else (1 if self.is_cpu else self.MATMUL_GPU_GROUP_M)
+        problem = self._matmul_tile_problem(tile[:5]) or _group_problem(group)
+        if problem:
+            raise ValueError(f"matmul_tile {tile!r} does not fit this device: {problem}")
+        bm, bn, bk = tile[:3]
+        self.matmul_group_m = group
+        self.matmul_stages = 2 if 2 * _matmul_shared_bytes(bm, bn, bk) <= self.max_shared else 1
+        return tile
+
+    def _matmul_tile_problem(self, tile) -> str:
+        """What breaks the constraints of shaders/matmul.comp or the device's limits ("" if none)."""
+        bm, bn, bk, tm, tn = tile
+        if min(tile) <= 0:
+            return "every size must be positive"
+        for name, v in (("TM", tm), ("TN", tn), ("BK", bk)):
+            if v % 4:
+                return f"{name}={v} must be a multiple of 4 (vec4 shared-memory reads)"
+        if bm % tm or bn % tn:
+            return f"TM={tm} must divide BM={bm} and TN={tn} must divide BN={bn}"
+        threads = (bm // tm) * (bn // tn)
+        limit = min(self.max_invocations, self.max_size[0])
+        if threads > limit:
+            return f"(BM/TM)*(BN/TN) = {threads} invocations exceed the device's {limit}"
+        shared = _matmul_shared_bytes(bm, bn, bk)
+        if shared > self.max_shared:
+            return (f"4*BK*(BM+4+BN) = {shared} bytes of shared memory exceed the device's "
+                    f"{self.max_shared}")
+        return ""
 
     def _tile_fits(self, tile) -> bool:
-        """The constraints of shaders/matmul.comp and the device's limits."""
-        bm, bn, bk, tm, tn = tile
-        if min(tile) <= 0 or bm % tm or bn % tn:
-            return False
-        threads = (bm // tm) * (bn // tn)
-        return threads <= min(self.max_invocations, self.max_size[0]) and 4 * bk * (bm + bn) <= self.max_shared
+        return not self._matmul_tile_problem(tuple(tile)[:5])
 
-    def matmul(self) -> Kernel:
-        bm, bn, bk, tm, tn = self.matmul_tile
-        return Kernel("matmul.spv", ((bm // tm) * (bn // tn), bm, bn, bk, tm, tn), PUSH_MATMUL)
+    @staticmethod
+    def matmul_vec4(n: int, k: int) -> bool:
+        """Whether matmul.comp's vec4 path applies: rows of A and B start on 16-byte boundaries."""
+        return n % 4 == 0 and k % 4 == 0
+
+    def matmul(self, vec4: bool = False) -> Kernel:
+        """Spec constants: (invocations, BM, BN, BK, TM, TN, VEC4, STAGES, GROUP_M)."""
+        bm, bn, bk, tm, tn = self.matmul_tile[:5]
+        spec = ((bm // tm) * (bn // tn), bm, bn, bk, tm, tn, int(bool(vec4)), self.matmul_stages,
+                self.matmul_group_m)
+        return Kernel("matmul.spv", spec, PUSH_MATMUL)
 
     def matmul_grid(self, m: int, n: int) -> tuple[int, int, int]:
         bm, bn = self.matmul_tile[:2]
+        return self._block_grid("matmul", m, n, bm, bn)
+
+    def _block_grid(self, op: str, m: int, n: int, bm: int, bn: int) -> tuple[int, int, int]:
         gx, gy = _ceil_div(n, bn), _ceil_div(m, bm)
         if gx > self.max_count[0] or gy > self.max_count[1]:
-            raise ValueError(f"matmul: m={m}, n={n} need a {gx} x {gy} grid of {bm}x{bn} tiles, beyond the "
+            raise ValueError(f"{op}: m={m}, n={n} need a {gx} x {gy} grid of {bm}x{bn} tiles, beyond the "
                              f"device's limit {self.max_count[0]} x {self.max_count[1]}")
         return (gx, gy, 1)
+
+    # fp16 x fp16 -> fp32 on cooperative matrices (shaders/matmul_coop.comp):
+    # matmul_f16_tile = (WG_M, WG_N, SG_M, SG_N, BK[, GROUP_M]): WG_M x WG_N subgroups per
+    # workgroup, each with SG_M x SG_N 16x16 accumulators, BK-deep slices (a multiple of 16).
+    MATMUL_F16_TILE = (2, 4, 4, 2, 32)      # 128x128 blocks, 8 subgroups, 64x32 per subgroup
+    MATMUL_F16_SMALL_TILE = (2, 2, 2, 2, 32)
+    MATMUL_F16_GROUP_M = 8
+    #: the cooperative-matrix configuration matmul_coop.comp uses (VkCooperativeMatrixPropertiesKHR)
+    COOP_F16_CONFIG = {"M": 16, "N": 16, "K": 16, "a": "f16", "b": "f16", "c": "f32", "result": "f32",
+                       "scope": 3}
+
+    def matmul_f16_unsupported(self) -> str:
+        """Why this device cannot run matmul_coop.comp ("" when it can)."""
+        feats = self.props.get("features", {})
+        name = self.props.get("device_name", "this device")
+        if not feats.get("cooperative_matrix"):
+            return f"{name} lacks VK_KHR_cooperative_matrix (cooperativeMatrix)"
+        want = self.COOP_F16_CONFIG
+        configs = self.props.get("cooperative_matrix_properties") or []
+        if not any(all(cfg.get(key) == val for key, val in want.items()) for cfg in configs):
+            return (f"{name} has no 16x16x16 f16 x f16 -> f32 subgroup-scope cooperative-matrix "
+                    "configuration")
+        for key, human in (("float16", "shaderFloat16"), ("subgroup_basic", "subgroup basic operations"),
+                           ("vulkan_memory_model", "vulkanMemoryModel")):
+            if not feats.get(key):
+                return f"{name} lacks {human}, which the cooperative-matrix matmul needs"
+        return ""
+
+    def _pick_matmul_f16_tile(self, tile) -> tuple[int, ...] | None:
+        if tile is None:
+            tile = next((t for t in (self.MATMUL_F16_TILE, self.MATMUL_F16_SMALL_TILE)
+                         if not self._matmul_f16_tile_problem(t)), None)
+            if tile is None:
+                self.matmul_f16_group_m, self.matmul_f16_stages = 1, 1
+                return None  # matmul_f16() says why
+            group = 1 if self.is_cpu else self.MATMUL_F16_GROUP_M
+        else:
+            tile = _int_tuple("matmul_f16_tile", tile, (5, 6), "(WG_M, WG_N, SG_M, SG_N, BK[, GROUP_M])")
+            group = tile[5] if len(tile) == 6 else self.MATMUL_F16_GROUP_M
+            problem = self._matmul_f16_tile_problem(tile[:5]) or _group_problem(group)
+            if problem:
+                raise ValueError(f"matmul_f16_tile {tile!r} does not fit this device: {problem}")
+        self.matmul_f16_group_m = group
+        self.matmul_f16_stages = 2 if _coop_shared_bytes(*tile[:5], stages=2) <= self.max_shared else 1
+        return tile
+
+    def _matmul_f16_tile_problem(self, tile) -> str:
+        wg_m, wg_n, sg_m, sg_n, bk = tile
+        if min(tile) <= 0:
+            return "every size must be positive"
+        if bk % 16:
+            return f"BK={bk} must be a multiple of 16 (the cooperative matrices' K)"
+        threads = wg_m * wg_n * self.subgroup_size
+        limit = min(self.max_invocations, self.max_size[0])
+        if threads > limit:
+            return (f"WG_M*WG_N*subgroup_size = {wg_m}*{wg_n}*{self.subgroup_size} = {threads} invocations "
+                    f"exceed the device's {limit}")
+        if sg_m * sg_n > 64:
+            return f"SG_M*SG_N = {sg_m * sg_n} accumulators per subgroup is beyond any register file"
+        shared = _coop_shared_bytes(wg_m, wg_n, sg_m, sg_n, bk, stages=1)
+        if shared > self.max_shared:
+            return f"{shared} bytes of shared memory exceed the device's {self.max_shared}"
+        return ""
+
+    @staticmethod
+    def matmul_f16_vec(n: int, k: int) -> bool:
+        """Whether matmul_coop.comp's uvec4 loads apply: rows of A and B start on 16-byte boundaries."""
+        return n % 8 == 0 and k % 8 == 0
+
+    #: run matmul_f16 on matmul_coop.emulated.spv (plain code in place of the cooperative-matrix
+    #: operations; slow): for testing the kernel's staging and edges on devices without them
+    coop_emulate = False
+
+    def matmul_f16(self, vec: bool = False, emulate: bool = False) -> Kernel:
+        """Spec constants: (invocations, WG_M, WG_N, SG_M, SG_N, BK, VEC, STAGES, GROUP_M).
+        Raises UnsupportedFeatureError on devices without the cooperative-matrix configuration
+        (``emulate``: the emulated variant, which needs only subgroups of >= 8 invocations)."""
+        if emulate:
+            feats = self.props.get("features", {})
+            why = "" if feats.get("subgroup_basic") and self.subgroup_size >= 8 else \
+                "the emulated cooperative-matrix kernel needs subgroups of >= 8 invocations"
+        else:
+            why = self.matmul_f16_unsupported()
+        if not why and self.matmul_f16_tile is None:
+            why = f"no matmul_f16 tile fits {self.props.get('device_name')}'s limits"
+        if why:
+            from kbench.runtime import UnsupportedFeatureError
+
+            raise UnsupportedFeatureError(f"matmul_f16: {why}", "cooperative_matrix")
+        wg_m, wg_n, sg_m, sg_n, bk = self.matmul_f16_tile[:5]
+        spec = (wg_m * wg_n * self.subgroup_size, wg_m, wg_n, sg_m, sg_n, bk, int(bool(vec)),
+                self.matmul_f16_stages, self.matmul_f16_group_m)
+        return Kernel(f"matmul_coop.{'emulated' if emulate else 'khr'}.spv", spec, PUSH_MATMUL)
+
+    def matmul_f16_grid(self, m: int, n: int) -> tuple[int, int, int]:
+        wg_m, wg_n, sg_m, sg_n = self.matmul_f16_tile[:4]
+        return self._block_grid("matmul_f16", m, n, wg_m * sg_m * 16, wg_n * sg_n * 16)
 
     # -- rope ------------------------------------------------------------------------------------
     def rope(self) -> Kernel:
@@ -264,8 +429,50 @@ class KernelPolicy:
         return Kernel("attn_value.combine.spv", (self.wg,), PUSH_ATTN_COMBINE)
 
     # -- quantized matrix-vector -------------------------------------------------------------------
-    def qmatvec(self, dtype: DType, n_cols: int) -> Kernel:
+    #: knobs of :meth:`qmatvec` (see :meth:`configure_qmatvec`); empty = the device-based choice
+    qmatvec_config: Mapping[str, Any] = {}
+
+    def configure_qmatvec(self, config: Mapping[str, Any] | None = None, **knobs: Any) -> None:
+        """Override the quantized_matmul kernel choice (for probes and tests). Keys:
+        ``kernel``: "auto" (default), "fast" (qmatvec_fast.comp, Q4_0/Q8_0/Q4_K/Q6_K) or
+        "generic" (qmatvec.comp); for the fast kernel ``lanes`` (invocations per row team, a
+        power of two), ``rows`` (rows per team), ``teams`` (teams per workgroup) and
+        ``reduce`` ("subgroup" or "tree"; default: subgroup where the device has subgroup
+        arithmetic)."""
+        cfg = dict(config or {}, **knobs)
+        unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce"}
+        if unknown:
+            raise ValueError(f"qmatvec config: unknown keys {sorted(unknown)}")
+        if cfg.get("kernel", "auto") not in ("auto", "fast", "generic"):
+            raise ValueError(f"qmatvec config: kernel must be auto, fast or generic, got {cfg['kernel']!r}")
+        if cfg.get("reduce", "subgroup") not in ("subgroup", "tree"):
+            raise ValueError(f"qmatvec config: reduce must be subgroup or tree, got {cfg['reduce']!r}")
+        if cfg.get("reduce") == "subgroup" and not self.use_subgroups:
+            raise ValueError("qmatvec config: reduce='subgroup' needs subgroup arithmetic")
+        for key in ("lanes", "rows", "teams"):
+            v = cfg.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"qmatvec config: {key} must be a positive int, got {v!r}")
+        if cfg.get("lanes") is not None and cfg["lanes"] & (cfg["lanes"] - 1):
+            raise ValueError(f"qmatvec config: lanes must be a power of two, got {cfg['lanes']}")
+        self.qmatvec_config = cfg
+        self.qmatvec.cache_clear()
+
+    def qmatvec_fast_ok(self, dtype: DType) -> bool:
+        """The automatic choice of qmatvec_fast.comp: a GPU with 32-wide subgroups and subgroup
+        arithmetic (NVIDIA, and AMD/Intel in wave32 / SIMD32) for Q4_0, Q8_0, Q4_K, Q6_K."""
+        return (dtype in QMATVEC_FAST_DTYPES and self.use_subgroups and self.subgroup_size == 32
+                and not self.is_cpu)
+
+    def qmatvec(self, dtype: DType, n_cols: int, n_rows: int = 1 << 14) -> Kernel:
+        cfg = self.qmatvec_config
         name = QMATVEC_DTYPES[dtype]
+        choice = cfg.get("kernel", "auto")
+        fast = self.qmatvec_fast_ok(dtype) if choice == "auto" else choice == "fast"
+        if fast and dtype not in QMATVEC_FAST_DTYPES:
+            raise ValueError(f"qmatvec config: the fast kernel has no {dtype.name} variant")
+        if fast:
+            return self._qmatvec_fast(dtype, n_cols, n_rows)
         units = n_cols // qmatvec_unit(dtype)
         # measured on an H200 (GPU timestamps, 14336 x 4096): 4 rows per workgroup, 32
         # invocations for the 32-element formats, 64 for the K formats, 128 for F16/BF16/F32
@@ -278,8 +485,41 @@ class KernelPolicy:
             rows //= 2
         return Kernel(f"qmatvec.{name}.{variant}.spv", (wg, rows), PUSH_QMATVEC)
 
+    def _qmatvec_fast(self, dtype: DType, n_cols: int, n_rows: int) -> Kernel:
+        cfg = self.qmatvec_config
+        name = QMATVEC_DTYPES[dtype]
+        units = n_cols // QMATVEC_FAST_UNIT[dtype]
+        rows = int(cfg.get("rows") or 4)
+        lanes = cfg.get("lanes")
+        if lanes is None:
+            # about 128k invocations in all (short rows: one subgroup per team; the 4096 long
+            # rows of a 4096 x 14336 matrix: 128 lanes each), no more lanes than units
+            target = _ceil_div(n_rows, rows)
+            lanes = _pow2_floor(max(1, (128 << 10) // max(1, target)))
+            lanes = max(32, min(256, lanes, _pow2_ceil(units)))
+        limit = _pow2_floor(min(self.max_invocations, self.max_size[0]))
+        lanes = min(int(lanes), limit)
+        teams = cfg.get("teams")
+        if teams is None:
+            teams = max(1, 128 // lanes)
+        teams = max(1, min(int(teams), limit // lanes))
+        wg = lanes * teams
+        # shared memory: red[wg * rows] floats (+ wg uints for the subgroup check)
+        while wg * (4 * rows + 4) > self.max_shared and teams > 1:
+            teams //= 2
+            wg = lanes * teams
+        while wg * (4 * rows + 4) > self.max_shared and rows > 1:
+            rows //= 2
+        reduce = cfg.get("reduce") or ("subgroup" if self.use_subgroups else "tree")
+        variant = "sg" if reduce == "subgroup" else "tree"
+        return Kernel(f"qmatvec_fast.{name}.{variant}.spv", (wg, lanes, rows), PUSH_QMATVEC)
+
     @staticmethod
     def qmatvec_rows(kernel: Kernel) -> int:
+        """Rows one workgroup of ``kernel`` computes."""
+        if kernel.spv.startswith("qmatvec_fast."):
+            wg, lanes, rows = kernel.spec
+            return (wg // lanes) * rows
         return kernel.spec[1]
 
 
@@ -288,6 +528,9 @@ def describe_policy(policy: KernelPolicy) -> dict[str, Any]:
     return {
         "workgroup": policy.wg,
         "matmul_tile": policy.matmul_tile,
+        "matmul_group_m": policy.matmul_group_m,
+        "matmul_stages": policy.matmul_stages,
+        "matmul_f16_tile": policy.matmul_f16_tile,
         "subgroups": policy.use_subgroups,
         "subgroup_size": policy.subgroup_size,
         "single_group_limit": policy.single_group_limit,

@@ -89,6 +89,19 @@ class NumpyBackend(ComputeBackend):
         B = self._read64(b, 0, k * n).reshape(k, n)
         self._write(out, 0, A @ B)
 
+    def matmul_f16(self, a: BufferHandle, b: BufferHandle, out: BufferHandle, m: int, n: int, k: int) -> None:
+        """``out[m,n] = A[m,k] @ B[k,n]``, A and B float16, out float32: the float64 product of the
+        half inputs, rounded once to float32 (the reference of VulkanBackend.matmul_f16)."""
+        from kbench.backend.base import check_matmul_f16
+
+        ha, hb, ho, m, n, k = check_matmul_f16(self, a, b, out, m, n, k)
+        self._matmul_f16(ha, hb, ho, m, n, k)
+
+    def _matmul_f16(self, a: BufferHandle, b: BufferHandle, out: BufferHandle, m: int, n: int, k: int) -> None:
+        A = self._bytes(a)[:2 * m * k].view("<f2").astype(np.float64).reshape(m, k)
+        B = self._bytes(b)[:2 * k * n].view("<f2").astype(np.float64).reshape(k, n)
+        self._write(out, 0, A @ B)
+
     def _softmax(self, input: BufferHandle, output: BufferHandle, size: int) -> None:
         x = self._read64(input, 0, size)
         e = np.exp(x - x.max())

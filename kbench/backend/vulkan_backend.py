@@ -71,16 +71,20 @@ class VulkanBackend(ComputeBackend):
     Options: ``batch_ops`` (ops per submission, default 64), ``ring_size`` (sequences in
     flight, default 3), ``algorithm_cache_size`` (cached descriptor sets, default 256),
     ``use_subgroups`` (None = when the device has subgroup arithmetic), ``matmul_tile``
-    ((BM, BN, BK, TM, TN)), ``single_group_limit`` (softmax/rms_norm sizes done by one
+    ((BM, BN, BK, TM, TN[, GROUP_M])), ``matmul_f16_tile`` ((WG_M, WG_N, SG_M, SG_N, BK[, GROUP_M]),
+    the cooperative-matrix :meth:`matmul_f16`), ``single_group_limit`` (softmax/rms_norm sizes done by one
     workgroup), ``grid_limit`` (cap on the grid's x dimension; for tests of large grids),
-    ``validation`` (Khronos validation layer).
+    ``validation`` (Khronos validation layer), ``qmatvec`` (quantized_matmul kernel knobs, e.g.
+    ``{"kernel": "fast", "lanes": 32, "rows": 4}``: see KernelPolicy.configure_qmatvec).
     """
 
     def __init__(self, device: int = 0, *, batch_ops: int = 64, ring_size: int = 3,
                  algorithm_cache_size: int = 256, use_subgroups: bool | None = None,
-                 matmul_tile: tuple[int, int, int, int, int] | None = None,
+                 matmul_tile: tuple[int, ...] | None = None,
                  single_group_limit: int = 8192, grid_limit: int | None = None,
-                 validation: bool | None = None) -> None:
+                 validation: bool | None = None,
+                 matmul_f16_tile: tuple[int, ...] | None = None,
+                 qmatvec: dict[str, Any] | None = None) -> None:
         for name, value, lo in (("batch_ops", batch_ops, 1), ("ring_size", ring_size, 1),
                                 ("algorithm_cache_size", algorithm_cache_size, 16),
                                 ("single_group_limit", single_group_limit, 1)):
@@ -92,7 +96,9 @@ class VulkanBackend(ComputeBackend):
             self._props = self._mgr.get_device_properties()
             self._policy = KernelPolicy(self._props, use_subgroups=use_subgroups,
                                         matmul_tile=matmul_tile, single_group_limit=single_group_limit,
-                                        grid_limit=grid_limit)
+                                        grid_limit=grid_limit, matmul_f16_tile=matmul_f16_tile)
+            if qmatvec:  # quantized_matmul kernel knobs: KernelPolicy.configure_qmatvec
+                self._policy.configure_qmatvec(qmatvec)
             self._batch_ops = batch_ops
             self._cache_size = algorithm_cache_size
             # every batch records GPU timestamps (one per op, a few ns of GPU time each) so that
@@ -201,8 +207,24 @@ class VulkanBackend(ComputeBackend):
 
     # -- compute ops ----------------------------------------------------------------------------
     def _matmul(self, a: BufferHandle, b: BufferHandle, out: BufferHandle, m: int, n: int, k: int) -> None:
-        kernel = self._policy.matmul()
-        grid = self._policy.matmul_grid(m, n)
+        pol = self._policy
+        kernel = pol.matmul(pol.matmul_vec4(n, k))
+        grid = pol.matmul_grid(m, n)
+        self._dispatch(kernel, (a.id, b.id, out.id), grid, kernel.push_record(m, n, k))
+
+    def matmul_f16(self, a: BufferHandle, b: BufferHandle, out: BufferHandle, m: int, n: int, k: int) -> None:
+        """``out[m,n] = A[m,k] @ B[k,n]`` with A, B float16 and out float32 (row-major), on
+        cooperative matrices (fp32 accumulation). Raises kp.UnsupportedFeatureError, before any
+        GPU work, on devices without VK_KHR_cooperative_matrix's 16x16x16 f16 -> f32 config."""
+        from kbench.backend.base import check_matmul_f16
+
+        ha, hb, ho, m, n, k = check_matmul_f16(self, a, b, out, m, n, k)
+        self._matmul_f16(ha, hb, ho, m, n, k)
+
+    def _matmul_f16(self, a: BufferHandle, b: BufferHandle, out: BufferHandle, m: int, n: int, k: int) -> None:
+        pol = self._policy
+        kernel = pol.matmul_f16(pol.matmul_f16_vec(n, k), pol.coop_emulate)  # UnsupportedFeatureError first
+        grid = pol.matmul_f16_grid(m, n)
         self._dispatch(kernel, (a.id, b.id, out.id), grid, kernel.push_record(m, n, k))
 
     def _softmax(self, input: BufferHandle, output: BufferHandle, size: int) -> None:
@@ -283,7 +305,7 @@ class VulkanBackend(ComputeBackend):
 
     def _quantized_matmul(self, weights: BufferHandle, input: BufferHandle, output: BufferHandle,
                           n_rows: int, n_cols: int, dtype: DType) -> None:
-        kernel = self._policy.qmatvec(dtype, n_cols)
+        kernel = self._policy.qmatvec(dtype, n_cols, n_rows)
         rows = KernelPolicy.qmatvec_rows(kernel)
         rb = row_bytes(dtype, n_cols)
         if n_rows * rb > 0xFFFFFFFF:

@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""Time quantized_matmul kernel variants (GPU timestamps) and check them against float64.
+
+For Q4_0, Q8_0, Q4_K, Q6_K at 14336x4096 and 4096x14336 (n_rows x n_cols) and each variant
+(the generic qmatvec.comp, the policy's automatic choice, and qmatvec_fast.comp over a grid
+of spec constants lanes/rows/teams), the weights live in COPIES separate device buffers whose
+total is > 4x a 50 MB L2; the timed loop rotates over them, so every dispatch reads its
+weights from HBM.  Time per dispatch = VulkanBackend.measure_gpu_ns over a loop / dispatches
+(dispatches share one output buffer, so they run one after another), median over repeats.
+Each variant's output is checked against the float64 product of kbench.quant.dequantize.
+With torch.cuda present it also times torch.mv on float16 weights (rotating buffers too,
+CUDA events).
+
+    python3 scripts/probe_qmatvec.py                 # the H200 run (about a minute)
+    python3 scripts/probe_qmatvec.py --small         # quick run on lavapipe / any device
+    python3 scripts/probe_qmatvec.py --variants generic auto fast:32:4:4 fast:128:2:1:tree
+
+A variant spec is generic | auto | fast:LANES:ROWS[:TEAMS[:subgroup|tree]].
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kbench.backend import VulkanBackend  # noqa: E402
+from kbench.quant import DType, dequantize, quantize, row_bytes  # noqa: E402
+
+DTYPES = [DType.Q4_0, DType.Q8_0, DType.Q4_K, DType.Q6_K]
+SHAPES = [(14336, 4096), (4096, 14336)]
+SMALL_SHAPES = [(96, 512), (32, 1536)]
+L2_BYTES = 50 << 20
+DEFAULT_VARIANTS = (
+    ["generic", "auto"]
+    + [f"fast:32:{r}:{t}" for r in (1, 2, 4, 8) for t in (2, 4, 8)]
+    + [f"fast:{lanes}:{r}:1" for lanes in (64, 128, 256) for r in (1, 2, 4)]
+    + ["fast:64:4:2", "fast:128:4:2", "fast:32:4:4:tree", "fast:128:2:1:tree"]
+)
+SMALL_VARIANTS = ["generic", "auto", "fast:8:2:4", "fast:32:4:4", "fast:16:1:2:tree"]
+
+
+def parse_variant(spec: str) -> dict:
+    if spec in ("generic", "auto"):
+        return {"kernel": spec}
+    parts = spec.split(":")
+    if parts[0] != "fast" or not 3 <= len(parts) <= 5:
+        raise SystemExit(f"bad variant {spec!r}: generic | auto | fast:LANES:ROWS[:TEAMS[:subgroup|tree]]")
+    cfg = {"kernel": "fast", "lanes": int(parts[1]), "rows": int(parts[2])}
+    if len(parts) >= 4:
+        cfg["teams"] = int(parts[3])
+    if len(parts) == 5:
+        cfg["reduce"] = parts[4]
+    return cfg
+
+
+def make_weights(dtype: DType, n_rows: int, n_cols: int, rng, base_rows: int = 512):
+    """GGUF bytes of an n_rows x n_cols matrix (base_rows random rows, repeated) and the
+    float64 dequantized base rows."""
+    base_rows = min(base_rows, n_rows)
+    W = rng.uniform(-1, 1, (base_rows, n_cols)).astype(np.float32)
+    base = quantize(W, dtype)
+    reps = -(-n_rows // base_rows)
+    full = (base * reps)[: n_rows * row_bytes(dtype, n_cols)]
+    return full, dequantize(base, dtype, (base_rows, n_cols)).astype(np.float64)
+
+
+def time_variant(be, dtype, n_rows, n_cols, hws, hx, hy, repeats, loops):
+    issue_count = loops * len(hws)
+
+    def issue():
+        for _ in range(loops):
+            for hw in hws:
+                be.quantized_matmul(hw, hx, hy, n_rows, n_cols, dtype)
+
+    issue()  # warm-up: pipeline creation, first touches
+    samples = []
+    for _ in range(repeats):
+        ns = be.measure_gpu_ns(issue)
+        if ns is None:
+            t0 = time.perf_counter()
+            issue()
+            be.synchronize()
+            ns = (time.perf_counter() - t0) * 1e9  # no timestamps: wall clock (upper bound)
+        samples.append(ns / issue_count)
+    return statistics.median(samples)
+
+
+def read_output(be, hy, n):
+    raw = bytearray(4 * n)
+    be.copy_from_device(hy, raw)
+    return np.frombuffer(raw, np.float32).astype(np.float64)
+
+
+def nmse(out, ref):
+    return float(np.sum((out - ref) ** 2) / np.sum(ref ** 2))
+
+
+def torch_mv(shapes, repeats, loops, min_total):
+    try:
+        import torch
+    except ImportError:
+        return {}
+    if not torch.cuda.is_available():
+        return {}
+    res = {}
+    for n_rows, n_cols in shapes:
+        nbytes = 2 * n_rows * n_cols
+        copies = max(2, -(-min_total // nbytes))
+        ws = [torch.empty((n_rows, n_cols), dtype=torch.float16, device="cuda").uniform_(-1, 1)
+              for _ in range(copies)]
+        x = torch.empty(n_cols, dtype=torch.float16, device="cuda").uniform_(-1, 1)
+        for w in ws:
+            torch.mv(w, x)
+        torch.cuda.synchronize()
+        samples = []
+        for _ in range(repeats):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(loops):
+                for w in ws:
+                    torch.mv(w, x)
+            end.record()
+            torch.cuda.synchronize()
+            samples.append(start.elapsed_time(end) * 1e6 / (loops * copies))
+        ns = statistics.median(samples)
+        res[(n_rows, n_cols)] = (ns, nbytes / ns * 1e-3, copies)
+        del ws
+        torch.cuda.empty_cache()
+    return res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--small", action="store_true", help="small shapes, few variants (lavapipe)")
+    ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--dtypes", nargs="*", default=[d.name for d in DTYPES])
+    ap.add_argument("--variants", nargs="*", default=None)
+    ap.add_argument("--copies", type=int, default=None, help="weight buffers to rotate over "
+                    "(default: enough for > 4x a 50 MB L2, at least 4)")
+    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--loops", type=int, default=None, help="passes over the copies per measurement")
+    ap.add_argument("--copy-tbs", type=float, default=4.18, help="measured copy bandwidth, TB/s")
+    args = ap.parse_args(argv)
+
+    shapes = SMALL_SHAPES if args.small else SHAPES
+    variants = args.variants or (SMALL_VARIANTS if args.small else DEFAULT_VARIANTS)
+    configs = [(v, parse_variant(v)) for v in variants]
+    repeats = args.repeats or (3 if args.small else 5)
+    loops = args.loops or (1 if args.small else 2)
+    dtypes = [DType[n.upper()] for n in args.dtypes]
+    rng = np.random.default_rng(1234)
+    t_start = time.perf_counter()
+
+    be = VulkanBackend(args.device, batch_ops=256)
+    props = be.device_properties
+    print(f"# device: {props['device_name']} ({props.get('driver_name')}, subgroup {props.get('subgroup_size')})")
+    print(f"# auto policy picks per (dtype, shape) below; copy bandwidth for 'x copy': {args.copy_tbs} TB/s")
+    header = f"{'dtype':5} {'shape':>11} {'variant':22} {'spec':>15} {'us':>8} {'TB/s':>6} {'x copy':>6} {'NMSE':>9}"
+    print(header)
+    best: dict = {}
+    try:
+        for dtype in dtypes:
+            for n_rows, n_cols in shapes:
+                data, base_ref = make_weights(dtype, n_rows, n_cols, rng)
+                nbytes = len(data)
+                copies = args.copies or (2 if args.small else max(4, -(-(4 * L2_BYTES + 1) // nbytes)))
+                x = rng.uniform(-1, 1, n_cols).astype(np.float32)
+                yb = base_ref @ x.astype(np.float64)
+                ref = np.tile(yb, -(-n_rows // len(yb)))[:n_rows]
+                hws = []
+                for _ in range(copies):
+                    h = be.allocate(nbytes)
+                    be.copy_to_device(data, h)
+                    hws.append(h)
+                hx = be.allocate(4 * n_cols)
+                be.copy_to_device(x.tobytes(), hx)
+                hy = be.allocate(4 * n_rows)
+                for name, cfg in configs:
+                    try:
+                        be._policy.configure_qmatvec(cfg)  # the knobs VulkanBackend(qmatvec=...) sets
+                        kernel = be._policy.qmatvec(dtype, n_cols, n_rows)
+                        be.copy_to_device(bytes(4 * n_rows), hy)
+                        ns = time_variant(be, dtype, n_rows, n_cols, hws, hx, hy, repeats, loops)
+                        err = nmse(read_output(be, hy, n_rows), ref)
+                    except Exception as exc:  # a variant the device cannot run: report, go on
+                        print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} {name:22} FAILED: {type(exc).__name__}: {exc}")
+                        continue
+                    tbs = nbytes / ns * 1e-3
+                    spec = "x".join(str(v) for v in kernel.spec)
+                    flag = "" if err <= 1e-8 else "  <-- WRONG"
+                    print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} {name:22} {spec:>15} {ns / 1e3:8.2f} "
+                          f"{tbs:6.3f} {tbs / args.copy_tbs:6.2f} {err:9.2e}{flag}", flush=True)
+                    key = (dtype.name, n_rows, n_cols)
+                    if err <= 1e-8 and (key not in best or ns < best[key][1]):
+                        best[key] = (name, ns, tbs, spec)
+                be._policy.configure_qmatvec({})
+                for h in hws + [hx, hy]:
+                    be.free(h)
+                be.synchronize()
+    finally:
+        be.close()
+
+    print("\n# best correct variant per dtype and shape")
+    for (dt, r, c), (name, ns, tbs, spec) in best.items():
+        print(f"{dt:5} {r:>5}x{c:<5} {name:22} {spec:>15} {ns / 1e3:8.2f} us {tbs:6.3f} TB/s "
+              f"({tbs / args.copy_tbs:.2f}x copy)")
+    tm = torch_mv(shapes, repeats, max(loops, 2), 4 * L2_BYTES + 1)
+    if tm:
+        print("\n# torch.mv float16 (CUDA events, rotating buffers)")
+        for (r, c), (ns, tbs, copies) in tm.items():
+            print(f"fp16  {r:>5}x{c:<5} torch.mv x{copies:<2} copies {ns / 1e3:8.2f} us {tbs:6.3f} TB/s")
+    print(f"\n# total {time.perf_counter() - t_start:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,333 @@
+#version 450
+// Quantized matrix-vector product for GPUs, Q4_0 / Q8_0 / Q4_K / Q6_K:
+// y[r] = sum_{c < n_cols} dequant(W)[r, c] * x[c].  Same bindings and push constants as
+// qmatvec.comp; no 8/16-bit storage: W is read as uint words (uvec4 for Q4_K, whose 144-byte
+// blocks are always 16-byte aligned), halves decoded with unpackHalf2x16.
+//
+// Work split.  A workgroup of WG invocations is cut into teams of LANES consecutive
+// invocations (LANES a power of two dividing WG); team t of workgroup g computes the ROWS
+// consecutive rows starting at (g * WG / LANES + t) * ROWS.  A row is cut into small units and
+// the lanes of a team take units lane, lane + LANES, ...: consecutive lanes read consecutive
+// bytes of the row (and of x), so a subgroup's loads are coalesced.  A unit's inputs are loaded
+// once and used for all ROWS rows (x traffic / ROWS); the ROWS rows' weight loads are
+// independent, so each lane has several loads in flight.
+//   Q4_0: 4 quant bytes of one block (8 elements: 4k..4k+3 and 16+4k..16+4k+3)
+//   Q8_0: 8 quant bytes of one block (8 elements)
+//   Q4_K: one 16-byte quarter of a 64-element group (32 elements, two sub-block scales)
+//   Q6_K: 8 l-positions of one 128-element half (32 elements: 8 of each of its 4 parts)
+// Blocks of Q4_0, Q8_0 and Q6_K are only 2-byte aligned: a 2-aligned 4-byte field is put
+// together from the words holding its first and last byte (never a word past the field).
+//
+// Decoding without integer-to-float conversions: (bits & mask) | 0x4B000000 is the float
+// 2^23 + v * 2^p for a field v at bit p < 20 (p = 0, 4, 8, 12), so subtracting 2^23 (plus the
+// format's offset times 2^p) gives v * 2^p exactly; fields at the same p share an accumulator
+// and the 2^-p factors are applied once per unit.
+//
+// Reduction of the lanes' partial sums: with subgroup arithmetic (variant *.sg), when every
+// subgroup is full, contiguous in gl_LocalInvocationID and inside one team (checked at run
+// time, so the result is right on any device), by subgroupAdd (plus shared memory when a team
+// spans several subgroups); otherwise (and in variant *.tree) by a tree in shared memory.
+//
+// kbench: variant q4_0.sg QT_Q4_0 USE_SUBGROUP target=vulkan1.1
+// kbench: variant q4_0.tree QT_Q4_0
+// kbench: variant q8_0.sg QT_Q8_0 USE_SUBGROUP target=vulkan1.1
+// kbench: variant q8_0.tree QT_Q8_0
+// kbench: variant q4_k.sg QT_Q4_K USE_SUBGROUP target=vulkan1.1
+// kbench: variant q4_k.tree QT_Q4_K
+// kbench: variant q6_k.sg QT_Q6_K USE_SUBGROUP target=vulkan1.1
+// kbench: variant q6_k.tree QT_Q6_K
+
+#if defined(USE_SUBGROUP)
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint LANES = 32;  // invocations per team (power of two, divides WG)
+layout(constant_id = 2) const uint ROWS = 4;    // rows per team
+
+layout(std430, binding = 0) readonly buffer Weights { uint wq[]; };
+#if defined(QT_Q4_K)
+layout(std430, binding = 0) readonly buffer Weights4 { uvec4 wq4[]; };
+#endif
+layout(std430, binding = 1) readonly buffer Input { vec4 x4[]; };
+layout(std430, binding = 2) writeonly buffer Output { float y[]; };
+
+layout(push_constant) uniform Push {
+    uint n_rows;
+    uint n_cols;
+    uint row_bytes;
+} pc;
+
+shared float red[gl_WorkGroupSize.x * ROWS];
+#if defined(USE_SUBGROUP)
+shared uint sg_bad[gl_WorkGroupSize.x];
+#endif
+
+const uint MAGIC = 0x4B000000u;
+const float TWO23 = 8388608.0;
+
+// 2^23 + (bits as an integer); bits must be below 2^23
+float mag(uint bits) {
+    return uintBitsToFloat(bits | MAGIC);
+}
+
+// the 4 bytes at a 2-aligned byte offset
+uint load4(uint p) {
+    uint lo = wq[p >> 2];
+    uint hi = wq[(p + 2u) >> 2];
+    return (p & 2u) != 0u ? (lo >> 16) | (hi << 16) : lo;
+}
+
+// the 8 bytes at a 2-aligned byte offset
+uvec2 load8(uint p) {
+    uint w = p >> 2;
+    uint a = wq[w];
+    uint b = wq[w + 1u];
+    uint c = wq[(p + 6u) >> 2];
+    return (p & 2u) != 0u ? uvec2((a >> 16) | (b << 16), (b >> 16) | (c << 16)) : uvec2(a, b);
+}
+
+// the half float at a 2-aligned byte offset
+float load_half(uint p) {
+    return unpackHalf2x16(wq[p >> 2] >> ((p & 2u) * 8u)).x;
+}
+
+#if defined(QT_Q4_0) || defined(QT_Q8_0)
+const uint UNIT_SHIFT = 3u;   // 8 elements per unit
+#else
+const uint UNIT_SHIFT = 5u;   // 32 elements per unit
+#endif
+
+void main() {
+    const uint TEAMS = gl_WorkGroupSize.x / LANES;
+    uint lid = gl_LocalInvocationID.x;
+    uint team = lid / LANES;
+    uint lane = lid % LANES;
+    uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+    uint row0 = (group * TEAMS + team) * ROWS;
+
+    float acc[ROWS];
+    uint rowoff[ROWS];
+    for (uint r = 0u; r < ROWS; ++r) {
+        acc[r] = 0.0;
+        // rows past the end repeat the last row (loads stay in bounds; results are dropped)
+        rowoff[r] = min(row0 + r, pc.n_rows - 1u) * pc.row_bytes;
+    }
+
+    if (row0 < pc.n_rows) {
+        uint units = pc.n_cols >> UNIT_SHIFT;
+        for (uint u = lane; u < units; u += LANES) {
+#if defined(QT_Q4_0)
+            uint b = u >> 2;
+            uint k = u & 3u;
+            vec4 xa = x4[8u * b + k];        // elements 4k .. 4k+3 (low nibbles)
+            vec4 xb = x4[8u * b + 4u + k];   // elements 16+4k .. 16+4k+3 (high nibbles)
+            const float C0 = TWO23 + 8.0, C4 = TWO23 + 128.0, C8 = TWO23 + 2048.0, C12 = TWO23 + 32768.0;
+            for (uint r = 0u; r < ROWS; ++r) {
+                uint blk = rowoff[r] + 18u * b;
+                uint q = load4(blk + 2u + 4u * k);
+                float d = load_half(blk);
+                uint qs = q >> 16;
+                float a0 = (mag(q & 0xFu) - C0) * xa.x;
+                float a8 = (mag(q & 0xF00u) - C8) * xa.y;
+                float a4 = (mag(q & 0xF0u) - C4) * xb.x;
+                float a12 = (mag(q & 0xF000u) - C12) * xb.y;
+                a0 = fma(mag(qs & 0xFu) - C0, xa.z, a0);
+                a8 = fma(mag(qs & 0xF00u) - C8, xa.w, a8);
+                a4 = fma(mag(qs & 0xF0u) - C4, xb.z, a4);
+                a12 = fma(mag(qs & 0xF000u) - C12, xb.w, a12);
+                float s = fma(a12, 1.0 / 4096.0, fma(a8, 1.0 / 256.0, fma(a4, 1.0 / 16.0, a0)));
+                acc[r] = fma(d, s, acc[r]);
+            }
+
+#elif defined(QT_Q8_0)
+            uint b = u >> 2;
+            uint k = u & 3u;
+            vec4 xa = x4[8u * b + 2u * k];       // elements 8k .. 8k+3
+            vec4 xb = x4[8u * b + 2u * k + 1u];  // elements 8k+4 .. 8k+7
+            const float C0 = TWO23 + 128.0, C8 = TWO23 + 32768.0;
+            for (uint r = 0u; r < ROWS; ++r) {
+                uint blk = rowoff[r] + 34u * b;
+                uvec2 q = load8(blk + 2u + 8u * k) ^ uvec2(0x80808080u);  // int8 -> int8 + 128
+                float d = load_half(blk);
+                uint h0 = q.x >> 16;
+                uint h1 = q.y >> 16;
+                float a0 = (mag(q.x & 0xFFu) - C0) * xa.x;
+                float a8 = (mag(q.x & 0xFF00u) - C8) * xa.y;
+                a0 = fma(mag(h0 & 0xFFu) - C0, xa.z, a0);
+                a8 = fma(mag(h0 & 0xFF00u) - C8, xa.w, a8);
+                a0 = fma(mag(q.y & 0xFFu) - C0, xb.x, a0);
+                a8 = fma(mag(q.y & 0xFF00u) - C8, xb.y, a8);
+                a0 = fma(mag(h1 & 0xFFu) - C0, xb.z, a0);
+                a8 = fma(mag(h1 & 0xFF00u) - C8, xb.w, a8);
+                acc[r] = fma(d, fma(a8, 1.0 / 256.0, a0), acc[r]);
+            }
+
+#elif defined(QT_Q4_K)
+            // unit i of block b: qs bytes 16i .. 16i+15 = group g = i/2, l = 16h .. 16h+15
+            uint b = u >> 3;
+            uint i = u & 7u;
+            uint g = i >> 1;
+            uint xbase = 64u * b + 16u * g + 4u * (i & 1u);
+            vec4 xl[4];
+            vec4 xh[4];
+            for (uint w = 0u; w < 4u; ++w) {
+                xl[w] = x4[xbase + w];       // elements 64g + 16h + 4w .. (sub-block 2g)
+                xh[w] = x4[xbase + 8u + w];  // elements 64g + 32 + 16h + 4w .. (sub-block 2g+1)
+            }
+            vec4 xs4 = (xl[0] + xl[1]) + (xl[2] + xl[3]);
+            vec4 xh4 = (xh[0] + xh[1]) + (xh[2] + xh[3]);
+            float xsum_lo = (xs4.x + xs4.y) + (xs4.z + xs4.w);
+            float xsum_hi = (xh4.x + xh4.y) + (xh4.z + xh4.w);
+            uint sh = 16u * (g & 1u);  // byte (2g) & 3 of the scale words
+            bool upper = g >= 2u;
+            for (uint r = 0u; r < ROWS; ++r) {
+                uint blk4 = (rowoff[r] >> 4) + 9u * b;
+                uvec4 hd = wq4[blk4];
+                uvec4 q = wq4[blk4 + 1u + i];
+                uint sa = hd.y >> sh;  // scales[j], scales[j+1]     (j = 2g & 3)
+                uint sb = hd.z >> sh;  // scales[j+4], scales[j+5]
+                uint sc = hd.w >> sh;  // scales[j+8], scales[j+9]
+                uint sc0 = upper ? (sc & 0xFu) | ((sa >> 2) & 0x30u) : sa & 63u;
+                uint mn0 = upper ? ((sc >> 4) & 0xFu) | ((sb >> 2) & 0x30u) : sb & 63u;
+                uint sc1 = upper ? ((sc >> 8) & 0xFu) | ((sa >> 10) & 0x30u) : (sa >> 8) & 63u;
+                uint mn1 = upper ? ((sc >> 12) & 0xFu) | ((sb >> 10) & 0x30u) : (sb >> 8) & 63u;
+                float l0 = 0.0, l8 = 0.0, h4 = 0.0, h12 = 0.0;
+                for (uint w = 0u; w < 4u; ++w) {
+                    uint v = q[w];
+                    uint vs = v >> 16;
+                    l0 = fma(mag(v & 0xFu) - TWO23, xl[w].x, l0);
+                    l8 = fma(mag(v & 0xF00u) - TWO23, xl[w].y, l8);
+                    h4 = fma(mag(v & 0xF0u) - TWO23, xh[w].x, h4);
+                    h12 = fma(mag(v & 0xF000u) - TWO23, xh[w].y, h12);
+                    l0 = fma(mag(vs & 0xFu) - TWO23, xl[w].z, l0);
+                    l8 = fma(mag(vs & 0xF00u) - TWO23, xl[w].w, l8);
+                    h4 = fma(mag(vs & 0xF0u) - TWO23, xh[w].z, h4);
+                    h12 = fma(mag(vs & 0xF000u) - TWO23, xh[w].w, h12);
+                }
+                vec2 dm = unpackHalf2x16(hd.x);
+                float dot_lo = fma(l8, 1.0 / 256.0, l0);
+                float dot_hi = fma(h12, 1.0 / 4096.0, h4 * (1.0 / 16.0));
+                float fs0 = mag(sc0) - TWO23, fs1 = mag(sc1) - TWO23;
+                float fm0 = mag(mn0) - TWO23, fm1 = mag(mn1) - TWO23;
+                float part = dm.x * fma(fs0, dot_lo, fs1 * dot_hi) - dm.y * fma(fm0, xsum_lo, fm1 * xsum_hi);
+                acc[r] += part;
+            }
+
+#elif defined(QT_Q6_K)
+            // unit (b, n, t): l = 8t .. 8t+7 of half n; part k holds elements 128n + 32k + l
+            uint b = u >> 3;
+            uint n = (u >> 2) & 1u;
+            uint t = u & 3u;
+            uint xbase = 64u * b + 32u * n + 2u * t;
+            vec4 xv[8];  // xv[2k + w]: part k, elements l = 8t + 4w ..
+            for (uint kk = 0u; kk < 4u; ++kk) {
+                xv[2u * kk] = x4[xbase + 8u * kk];
+                xv[2u * kk + 1u] = x4[xbase + 8u * kk + 1u];
+            }
+            const float C0 = TWO23 + 32.0, C8 = TWO23 + 8192.0, CS = TWO23 + 128.0;
+            uint ssh = 8u * (t >> 1);  // scale index is = l / 16 = t / 2
+            for (uint r = 0u; r < ROWS; ++r) {
+                uint blk = rowoff[r] + 210u * b;
+                uvec2 qa = load8(blk + 64u * n + 8u * t);        // ql[l]
+                uvec2 qb = load8(blk + 64u * n + 32u + 8u * t);  // ql[l + 32]
+                uvec2 qh = load8(blk + 128u + 32u * n + 8u * t);
+                uvec2 sw = (load8(blk + 192u + 8u * n) >> ssh) ^ uvec2(0x00800080u);
+                float d = load_half(blk + 208u);
+                float p0[4] = float[4](0.0, 0.0, 0.0, 0.0);
+                float p8[4] = float[4](0.0, 0.0, 0.0, 0.0);
+                for (uint w = 0u; w < 2u; ++w) {
+                    uint A = qa[w], B = qb[w], H = qh[w];
+                    uint v[4];
+                    v[0] = (A & 0x0F0F0F0Fu) | ((H << 4) & 0x30303030u);
+                    v[1] = (B & 0x0F0F0F0Fu) | ((H << 2) & 0x30303030u);
+                    v[2] = ((A >> 4) & 0x0F0F0F0Fu) | (H & 0x30303030u);
+                    v[3] = ((B >> 4) & 0x0F0F0F0Fu) | ((H >> 2) & 0x30303030u);
+                    for (uint kk = 0u; kk < 4u; ++kk) {
+                        uint e = v[kk];
+                        uint es = e >> 16;
+                        vec4 xx = xv[2u * kk + w];
+                        p0[kk] = fma(mag(e & 0x3Fu) - C0, xx.x, p0[kk]);
+                        p8[kk] = fma(mag(e & 0x3F00u) - C8, xx.y, p8[kk]);
+                        p0[kk] = fma(mag(es & 0x3Fu) - C0, xx.z, p0[kk]);
+                        p8[kk] = fma(mag(es & 0x3F00u) - C8, xx.w, p8[kk]);
+                    }
+                }
+                // int8 scales sc[is + 2k]: bytes 0 and 2 of sw.x (k = 0, 1) and of sw.y (k = 2, 3)
+                float s0 = mag(sw.x & 0xFFu) - CS;
+                float s1 = mag((sw.x >> 16) & 0xFFu) - CS;
+                float s2 = mag(sw.y & 0xFFu) - CS;
+                float s3 = mag((sw.y >> 16) & 0xFFu) - CS;
+                float part = s0 * fma(p8[0], 1.0 / 256.0, p0[0]);
+                part = fma(s1, fma(p8[1], 1.0 / 256.0, p0[1]), part);
+                part = fma(s2, fma(p8[2], 1.0 / 256.0, p0[2]), part);
+                part = fma(s3, fma(p8[3], 1.0 / 256.0, p0[3]), part);
+                acc[r] = fma(d, part, acc[r]);
+            }
+#endif
+        }
+    }
+
+    // ---- reduction over the team's lanes (every invocation gets here: barriers stay uniform)
+#if defined(USE_SUBGROUP)
+    {
+        uint S = gl_SubgroupSize;
+        uint members = subgroupAdd(1u);  // outside any condition: every invocation takes part
+        bool ok = (LANES % S) == 0u && lid == gl_SubgroupID * S + gl_SubgroupInvocationID && members == S;
+        uint bad = subgroupMax(ok ? 0u : 1u);
+        if (subgroupElect()) {
+            sg_bad[gl_SubgroupID] = bad;
+        }
+        barrier();
+        uint any_bad = 0u;
+        for (uint s = 0u; s < gl_NumSubgroups; ++s) {
+            any_bad |= sg_bad[s];
+        }
+        if (any_bad == 0u) {  // uniform: every invocation read the same flags
+            uint nsub = LANES / S;
+            if (nsub == 1u) {
+                for (uint r = 0u; r < ROWS; ++r) {
+                    float s = subgroupAdd(acc[r]);
+                    if (lane == 0u && row0 + r < pc.n_rows) {
+                        y[row0 + r] = s;
+                    }
+                }
+            } else {
+                uint sub = lane / S;
+                for (uint r = 0u; r < ROWS; ++r) {
+                    float s = subgroupAdd(acc[r]);
+                    if (subgroupElect()) {
+                        red[(team * ROWS + r) * nsub + sub] = s;
+                    }
+                }
+                barrier();
+                if (lane < ROWS && row0 + lane < pc.n_rows) {
+                    float s = 0.0;
+                    for (uint j = 0u; j < nsub; ++j) {
+                        s += red[(team * ROWS + lane) * nsub + j];
+                    }
+                    y[row0 + lane] = s;
+                }
+            }
+            return;
+        }
+    }
+#endif
+    for (uint r = 0u; r < ROWS; ++r) {
+        red[(team * ROWS + r) * LANES + lane] = acc[r];
+    }
+    barrier();
+    for (uint stride = LANES / 2u; stride > 0u; stride >>= 1u) {
+        if (lane < stride) {
+            for (uint r = 0u; r < ROWS; ++r) {
+                uint base = (team * ROWS + r) * LANES + lane;
+                red[base] += red[base + stride];
+            }
+        }
+        barrier();
+    }
+    if (lane < ROWS && row0 + lane < pc.n_rows) {
+        y[row0 + lane] = red[(team * ROWS + lane) * LANES];
+    }
+}

@@ -1,0 +1,162 @@
+"""quantized_matmul kernels: every dtype x every kernel variant KernelPolicy can choose.
+
+qmatvec_fast.comp (the GPU path for Q4_0, Q8_0, Q4_K, Q6_K) is forced onto the local device
+(lavapipe: subgroups of 8) with several team shapes, so each of its reductions runs here:
+one subgroup per team (lanes = subgroup size), teams spanning several subgroups, and the
+shared-memory tree (variant *.tree, and lane counts that are not a multiple of the subgroup).
+Its decoding has no alignment requirement, so the same variants also cover rows whose byte
+length is not a multiple of 16 (and odd block counts, whose blocks alternate 2-byte parity).
+The generic qmatvec.comp covers every dtype in QMATVEC_DTYPES (subgroup and shared variants).
+Reference: kbench.quant.dequantize in float64; NMSE <= 1e-8.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kbench.backend.kernels import QMATVEC_DTYPES, QMATVEC_FAST_DTYPES, KernelPolicy
+from kbench.quant import DType, dequantize, quantize, row_bytes
+
+kp = pytest.importorskip("kbench.runtime")
+
+try:
+    _NO_DEVICE = None if kp.list_devices() else "the Vulkan loader finds no device"
+except Exception as exc:  # no loader / no ICD
+    _NO_DEVICE = f"no Vulkan available here: {exc}"
+
+NMSE_LIMIT = 1e-8
+GUARD = 16  # float32 guard elements after the output
+
+# name -> (VulkanBackend options, kernel family)
+CONFIGS = {
+    "auto": ({}, "auto"),
+    "generic-shared": ({"use_subgroups": False, "qmatvec": {"kernel": "generic"}}, "generic"),
+    "fast-sg-l8r2": ({"qmatvec": {"kernel": "fast", "lanes": 8, "rows": 2, "reduce": "subgroup"}}, "fast"),
+    "fast-sg-l32r4": ({"qmatvec": {"kernel": "fast", "lanes": 32, "rows": 4, "reduce": "subgroup"}}, "fast"),
+    "fast-sg-l128r2": ({"qmatvec": {"kernel": "fast", "lanes": 128, "rows": 2, "teams": 1}}, "fast"),
+    "fast-tree-l16r3t3": ({"qmatvec": {"kernel": "fast", "lanes": 16, "rows": 3, "teams": 3,
+                                       "reduce": "tree"}}, "fast"),
+    "fast-nosg-l4r1": ({"use_subgroups": False, "qmatvec": {"kernel": "fast", "lanes": 4, "rows": 1}}, "fast"),
+}
+
+# (n_rows, n_cols): odd row counts, row lengths whose byte size is / is not a multiple of 16
+SHAPES = {
+    1: [(1, 1), (7, 33), (5, 512)],
+    32: [(1, 32), (7, 96), (13, 160), (33, 1024)],   # Q4_0 rows of 18, 54, 90, 576 bytes
+    256: [(1, 256), (7, 768), (5, 1280), (9, 2048)],  # Q6_K rows of 210, 630, 1050, 1680 bytes
+}
+
+
+def _cases():
+    for cfg, (_, family) in CONFIGS.items():
+        for dt in QMATVEC_DTYPES:
+            if family == "fast" and dt not in QMATVEC_FAST_DTYPES:
+                continue
+            yield pytest.param(cfg, dt, id=f"{cfg}-{dt.name}")
+
+
+_backends: dict = {}
+
+
+@pytest.fixture(scope="module")
+def backends():
+    yield _backends
+    for be in _backends.values():
+        be.close()
+    _backends.clear()
+
+
+def _backend(backends, cfg):
+    from kbench.backend import VulkanBackend
+
+    if cfg not in backends:
+        opts = CONFIGS[cfg][0]
+        if opts.get("use_subgroups") is None and opts.get("qmatvec", {}).get("reduce") == "subgroup":
+            props = kp.list_devices()[0]
+            feats = props.get("features", {})
+            if not (feats.get("subgroup_basic") and feats.get("subgroup_arithmetic")):
+                pytest.skip("the device has no subgroup arithmetic")
+        backends[cfg] = VulkanBackend(**opts)
+    return backends[cfg]
+
+
+def _nmse(out: np.ndarray, ref: np.ndarray) -> float:
+    out = out.astype(np.float64)
+    return float(np.sum((out - ref) ** 2) / max(np.sum(ref ** 2), 1e-300))
+
+
+@pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
+@pytest.mark.parametrize("cfg,dtype", list(_cases()))
+def test_qmatvec_variant_matches_float64(backends, cfg, dtype):
+    be = _backend(backends, cfg)
+    rng = np.random.default_rng(int(dtype) * 1000 + len(cfg))
+    family = CONFIGS[cfg][1]
+    for n_rows, n_cols in SHAPES[dtype.block_elems]:
+        kernel = be._policy.qmatvec(dtype, n_cols, n_rows)
+        if family != "auto":
+            assert kernel.spv.startswith("qmatvec_fast." if family == "fast" else "qmatvec."), kernel
+        W = rng.uniform(-1, 1, (n_rows, n_cols)).astype(np.float32)
+        x = rng.uniform(-1, 1, n_cols).astype(np.float32)
+        data = quantize(W, dtype)
+        assert len(data) == n_rows * row_bytes(dtype, n_cols)
+        ref = dequantize(data, dtype, (n_rows, n_cols)).astype(np.float64) @ x.astype(np.float64)
+        hw, hx, hy = be.allocate(len(data)), be.allocate(4 * n_cols), be.allocate(4 * (n_rows + GUARD))
+        try:
+            be.copy_to_device(data, hw)
+            be.copy_to_device(x.tobytes(), hx)
+            sentinel = np.full(n_rows + GUARD, -7.25, np.float32)
+            be.copy_to_device(sentinel.tobytes(), hy)
+            be.quantized_matmul(hw, hx, hy, n_rows, n_cols, dtype)
+            raw = bytearray(4 * (n_rows + GUARD))
+            be.copy_from_device(hy, raw)
+            got = np.frombuffer(raw, np.float32)
+        finally:
+            for h in (hw, hx, hy):
+                be.free(h)
+        what = f"{cfg} {dtype.name} {n_rows}x{n_cols} ({kernel.spv} {kernel.spec})"
+        assert np.all(got[n_rows:] == np.float32(-7.25)), f"{what}: wrote past the output"
+        assert not np.any(np.isnan(got[:n_rows])), f"{what}: NaN"
+        err = _nmse(got[:n_rows], ref)
+        assert err <= NMSE_LIMIT, f"{what}: NMSE {err:.3e} > {NMSE_LIMIT:.0e}"
+
+
+def _props(**over):
+    props = {
+        "device_name": "fake", "device_type": "discrete_gpu", "api_version": "1.3",
+        "max_work_group_invocations": 1024, "max_work_group_size": [1024, 1024, 64],
+        "max_work_group_count": [2**31 - 1, 65535, 65535], "max_shared_memory": 49152,
+        "subgroup_size": 32, "features": {"subgroup_basic": True, "subgroup_arithmetic": True},
+    }
+    props.update(over)
+    return props
+
+
+def test_policy_picks_the_fast_kernel_only_where_it_was_tuned():
+    gpu = KernelPolicy(_props())
+    for dt in QMATVEC_DTYPES:
+        k = gpu.qmatvec(dt, 4096, 14336)
+        assert k.spv.startswith("qmatvec_fast." if dt in QMATVEC_FAST_DTYPES else "qmatvec."), (dt, k)
+    # 14336 short rows: one subgroup per row team; 4096 long rows: wider teams
+    k = gpu.qmatvec(DType.Q4_0, 4096, 14336)
+    assert k.spv == "qmatvec_fast.q4_0.sg.spv" and k.spec[1] == 32
+    assert KernelPolicy.qmatvec_rows(k) == (k.spec[0] // k.spec[1]) * k.spec[2]
+    assert gpu.qmatvec(DType.Q6_K, 14336, 4096).spec[1] == 128
+    cpu = KernelPolicy(_props(device_type="cpu", subgroup_size=8))
+    wave64 = KernelPolicy(_props(subgroup_size=64))
+    nosg = KernelPolicy(_props(features={}))
+    for pol in (cpu, wave64, nosg):
+        assert pol.qmatvec(DType.Q4_0, 4096, 14336).spv.startswith("qmatvec.q4_0."), pol.props
+    nosg.configure_qmatvec(kernel="fast")
+    assert nosg.qmatvec(DType.Q4_K, 4096, 14336).spv == "qmatvec_fast.q4_k.tree.spv"
+    with pytest.raises(ValueError, match="no Q5_K variant"):
+        nosg.qmatvec(DType.Q5_K, 4096, 14336)
+    with pytest.raises(ValueError, match="power of two"):
+        gpu.configure_qmatvec(lanes=24)
+    with pytest.raises(ValueError, match="unknown keys"):
+        gpu.configure_qmatvec(lane=32)
+    small = KernelPolicy(_props(max_shared_memory=4096, max_work_group_invocations=128,
+                                max_work_group_size=[128, 128, 64]))
+    small.configure_qmatvec(kernel="fast", lanes=32, rows=8, teams=8)
+    wg, lanes, rows = small.qmatvec(DType.Q8_0, 4096, 100).spec
+    assert wg <= 128 and wg * (4 * rows + 4) <= 4096 and lanes == 32
