@@ -247,11 +247,7 @@ def _timer_checks(files: Any) -> list[str]:
     for path in files:
         try:
             with open(path, encoding="utf-8") as f:
-                for line in f:
-                    rec = json.loads(line)
-                    if "torch-cuda" in str(path) and rec.get("kind") == "peak":
-                        rec["_backend"] = "torch-cuda"
-                    recs.append(rec)
+                recs.extend(json.loads(line) for line in f)
         except (OSError, ValueError):
             continue
     return timer_checks(recs)

@@ -314,12 +314,16 @@ def _time(inst: Instance, target: Target, states: list[tuple[Lane, Any]], rec: d
         host, repeats = host_samples(run_sample, policy, ready=ready, info=settle)
         seen_mhz: list[float] = []
 
+        issued = [0]
+
         def launch_and_watch(lane: Lane, state: Any) -> None:
             case.launch(lane, state, params)
-            if clock is not None and len(seen_mhz) < 4096:
+            # once per sample (the first call's work is running by now), not on every call
+            if clock is not None and issued[0] % repeats == 0:
                 mhz = clock.mhz()
                 if mhz is not None:
                     seen_mhz.append(mhz)
+            issued[0] += 1
         lanes = len(states)
         gpu = None
         if case.layer == "runtime" and lanes == 1:

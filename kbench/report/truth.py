@@ -31,9 +31,12 @@ def timer_checks(records: Iterable[dict[str, Any]]) -> list[str]:
         lines.append(f"GPU timestamps vs host wall time, {len(long)} kernels >= {LONG_NS / 1e6:.0f} ms: "
                      f"gpu/host {ratios[0]:.3f} .. {ratios[-1]:.3f}: {verdict}")
     copies = {}
-    for r in recs:
-        if r.get("kind") == "peak" and r.get("peak") == "peak.copy_bandwidth":
-            copies[r.get("_backend") or r.get("backend") or ("torch-cuda" if (r.get("params") or {}).get("timer") == "cuda events" else "vulkan")] = r
+    backend = "vulkan"
+    for r in recs:  # a run's records follow its "run" record, which names the backend
+        if r.get("kind") == "run":
+            backend = r.get("backend", "vulkan")
+        elif r.get("kind") == "peak" and r.get("peak") == "peak.copy_bandwidth":
+            copies[backend] = r
     if "vulkan" in copies and "torch-cuda" in copies:
         v, t = copies["vulkan"], copies["torch-cuda"]
         vb, tb = (v.get("params") or {}).get("buffer_bytes"), (t.get("params") or {}).get("buffer_bytes")
