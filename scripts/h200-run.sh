@@ -24,7 +24,7 @@ if [ "$what" = bench ]; then
 else
   mkdir -p "$out/q" "$out/v"
   for p in scripts/probe_matmul.py scripts/probe_qmatvec.py; do
-    [ -f "$p" ] && timeout 110 python3 "$p" > "$out/$(basename "$p" .py).log" 2>&1
+    [ -f "$p" ] && timeout 170 python3 "$p" > "$out/$(basename "$p" .py).log" 2>&1
     [ -f "$p" ] && tail -40 "$out/$(basename "$p" .py).log"
   done
   # the new kernels through the bench, with the peer in the same run
@@ -38,7 +38,7 @@ else
   timeout ${QUEUE_S:-80} python3 -m kbench bench -q all --no-peaks --quiet --out "$out/q" \
     -k "add[size=16777216]" -k "matmul[m=1024" -k "kp_mult[size=16777216]" > "$out/queues.log" 2>&1
   tail -4 "$out/queues.log"
-  KBENCH_VALIDATION=1 timeout ${TESTS_S:-100} python3 -m pytest tests/test_runtime_kompute.py tests/test_runtime_fixes.py \
+  KBENCH_VALIDATION=0 timeout ${TESTS_S:-100} python3 -m pytest tests/test_runtime_kompute.py tests/test_runtime_fixes.py \
     tests/test_runtime_lifetimes.py tests/test_runtime_device.py tests/test_vulkan_backend.py tests/test_reductions.py \
     -q -rs -p no:cacheprovider > "$out/tests.log" 2>&1
   tail -4 "$out/tests.log"

@@ -42,6 +42,11 @@ FP32_TILES = [
     (128, 64, 16, 8, 4, 8),
     (64, 64, 16, 4, 4, 8),     # the CPU default (4x4 per invocation)
     (128, 128, 32, 8, 8, 8),   # one stage only (two do not fit in 48 KiB)
+    (128, 128, 16, 8, 8, 4),
+    (128, 128, 16, 8, 8, 16),
+    (128, 128, 8, 8, 8, 4),
+    (64, 128, 16, 8, 8, 8),    # 128 invocations of 8x8
+    (128, 64, 16, 8, 8, 8),
 ]
 F16_TILES = [
     (2, 4, 4, 2, 32, 8),       # the default: 128x128, 8 subgroups of 64x32
@@ -70,6 +75,7 @@ class Probe:
         self.deadline = deadline
         self.emulate_coop = emulate_coop
         self.rows: list[dict] = []
+        self.settle_s = 0.05 if be.device_properties.get("device_type") == "cpu" else 0.6
 
     def use(self, **options) -> KernelPolicy:
         """Put a KernelPolicy with these options on the backend (probe only: avoids re-uploads)."""
@@ -79,10 +85,25 @@ class Probe:
         return pol
 
     def time_op(self, issue) -> float | None:
+        """Median GPU time of one call, after the clock governor has settled.
+
+        A GPU idles down between short probes; without sustained work first, the samples time the
+        governor's low clock (an 8192^3 SGEMM read 5x slower than in the bench). So: run bursts of
+        calls until at least settle_s has passed and two samples in a row agree within 3%."""
         be = self.be
-        for _ in range(2):
-            issue()
-        be.synchronize()
+        t0, prev = time.monotonic(), None
+        while True:
+            for _ in range(8):
+                issue()
+            be.synchronize()
+            cur = be.measure_gpu_ns(issue)
+            if cur is None:
+                return None
+            waited = time.monotonic() - t0
+            if (waited > self.settle_s and prev is not None and abs(cur - prev) <= 0.03 * min(cur, prev)) \
+                    or waited > 4 * self.settle_s + 2:
+                break
+            prev = cur
         samples = [be.measure_gpu_ns(issue) for _ in range(self.repeats)]
         if any(s is None for s in samples):
             return None
@@ -228,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--small", action="store_true", help="tiny sizes and few variants (CPU drivers)")
     ap.add_argument("--device", type=int, default=0, help="Vulkan device index")
     ap.add_argument("--repeats", type=int, default=None, help="timed samples per variant (median)")
-    ap.add_argument("--budget", type=float, default=80.0, help="seconds; later variants are skipped")
+    ap.add_argument("--budget", type=float, default=150.0, help="seconds; later variants are skipped")
     ap.add_argument("--emulate-coop", action="store_true",
                     help="run the fp16 variants on the emulated kernel (no cooperative matrices needed)")
     ap.add_argument("--no-torch", action="store_true")
