@@ -248,3 +248,15 @@ def test_queue_config_all_means_every_configuration_for_bench_too():
 
     assert parse_queue_configs("all") == list(QUEUE_CONFIGS)
     assert parse_queue_configs(None) is None
+
+
+def test_matmul_tile_from_the_environment_is_parsed_and_bad_values_are_named(monkeypatch):
+    from kbench.bench.devices import backend_options
+
+    monkeypatch.setenv("KBENCH_MATMUL_TILE", "128x64x16x8x4x8")
+    assert backend_options().get("matmul_tile") == (128, 64, 16, 8, 4, 8)
+    monkeypatch.setenv("KBENCH_MATMUL_TILE", "128x64xbig")
+    with pytest.raises(ValueError, match="KBENCH_MATMUL_TILE='128x64xbig'"):
+        backend_options()
+    monkeypatch.delenv("KBENCH_MATMUL_TILE")
+    assert "matmul_tile" not in backend_options()

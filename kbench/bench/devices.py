@@ -78,10 +78,21 @@ def select_devices(devices: list[dict[str, Any]], spec: str | None) -> list[dict
 
 
 def backend_options() -> dict[str, Any]:
-    """Extra VulkanBackend options from the environment (KBENCH_VALIDATION=1 turns on validation)."""
+    """Extra VulkanBackend options from the environment.
+
+    KBENCH_VALIDATION=1 turns on the validation layers; KBENCH_MATMUL_TILE=BMxBNxBKxTMxTN[xGROUP_M]
+    overrides the fp32 matmul tile (tuning runs: the tile in use is recorded with every run)."""
+    opts: dict[str, Any] = {}
     if os.environ.get("KBENCH_VALIDATION") == "1":
-        return {"validation": True}
-    return {}
+        opts["validation"] = True
+    tile = os.environ.get("KBENCH_MATMUL_TILE", "").strip()
+    if tile:
+        try:
+            opts["matmul_tile"] = tuple(int(v) for v in tile.lower().split("x"))
+        except ValueError:
+            raise ValueError(f"KBENCH_MATMUL_TILE={tile!r}: expected integers joined by 'x', "
+                             "e.g. 128x128x16x8x8x8") from None
+    return opts
 
 
 def open_target(backend: str, props: dict[str, Any], config: QueueConfig) -> Target:
