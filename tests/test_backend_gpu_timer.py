@@ -24,13 +24,18 @@ def test_gpu_time_is_positive_within_host_time_and_grows_with_work(vk_backend):
     n = 1 << 18
     a, b, o = (be.allocate(4 * n) for _ in range(3))
     be.copy_to_device(np.random.rand(n).astype(np.float32), a)
+    be.add(a, b, o, n)  # first use: pipeline creation (lavapipe JITs here) stays out of the samples
+    be.synchronize()
     times = {}
     for reps in (2, 20):
-        t0 = time.perf_counter_ns()
-        ns = be.measure_gpu_ns(lambda: [be.add(a, b, o, n) for _ in range(reps)])
-        host = time.perf_counter_ns() - t0
-        assert ns is not None and 0 < ns <= host, f"GPU {ns} ns vs host {host} ns for {reps} adds"
-        times[reps] = ns
+        samples = []
+        for _ in range(3):  # the least of three: a shared 2-core CI machine stalls single samples
+            t0 = time.perf_counter_ns()
+            ns = be.measure_gpu_ns(lambda: [be.add(a, b, o, n) for _ in range(reps)])
+            host = time.perf_counter_ns() - t0
+            assert ns is not None and 0 < ns <= host, f"GPU {ns} ns vs host {host} ns for {reps} adds"
+            samples.append(ns)
+        times[reps] = min(samples)
     assert times[20] > 3 * times[2], f"20 adds took {times[20]} ns, 2 adds {times[2]} ns"
     out = np.empty(n, np.float32)
     be.copy_from_device(o, out)  # the measured work really ran
