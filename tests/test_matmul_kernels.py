@@ -86,7 +86,7 @@ def _props(**over):
 @needs_device
 @pytest.mark.parametrize("tile", [
     None,                        # whatever the policy picks here (lavapipe: the CPU tile)
-    (128, 128, 16, 8, 8),        # the GPU default (one stage within lavapipe's 32 KiB)
+    (128, 128, 16, 8, 8),        # the former GPU default (one stage within lavapipe's 32 KiB)
     (128, 128, 8, 8, 8, 2),      # 8x8 per invocation, double-buffered, GROUP_M 2
     (64, 64, 16, 4, 4),          # the CPU default
     (32, 32, 8, 4, 4, 3),        # the small-device fallback, GROUP_M 3
@@ -126,10 +126,10 @@ def test_fp32_validation_layer_is_quiet():
 
 def test_gpu_policy_double_buffers_and_groups():
     pol = KernelPolicy(_props())
-    assert pol.matmul_tile == (128, 128, 16, 8, 8)
+    assert pol.matmul_tile == (128, 128, 8, 8, 8)
     assert pol.matmul_stages == 2 and pol.matmul_group_m == 8
     k = pol.matmul(True)
-    assert k.spv == "matmul.spv" and k.spec == (256, 128, 128, 16, 8, 8, 1, 2, 8)
+    assert k.spv == "matmul.spv" and k.spec == (256, 128, 128, 8, 8, 8, 1, 2, 8)
     assert pol.matmul(False).spec[6] == 0
     assert pol.matmul_vec4(4096, 4096) and not pol.matmul_vec4(4096, 4095) and not pol.matmul_vec4(6, 8)
     assert pol.matmul_grid(4096, 8192) == (64, 32, 1)

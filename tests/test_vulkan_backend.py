@@ -677,7 +677,7 @@ def _props(**over):
 
 def test_policy_uses_large_tiles_and_subgroups_on_a_gpu():
     pol = KernelPolicy(_props())
-    assert pol.matmul_tile == (128, 128, 16, 8, 8)
+    assert pol.matmul_tile == (128, 128, 8, 8, 8)
     assert pol.qmatvec(DType.Q4_K, 4096).spv == "qmatvec_fast.q4_k.sg.spv"
     assert pol.grid_1d(10**6) == (10**6, 1, 1)
 
