@@ -32,9 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kbench.backend import VulkanBackend  # noqa: E402
 from kbench.backend.kernels import KernelPolicy  # noqa: E402
+from kbench.bench.timing import settle  # noqa: E402
 
 FP32_TILES = [
-    (128, 128, 8, 8, 8, 8),    # the GPU default
+    KernelPolicy.MATMUL_GPU_TILE + (KernelPolicy.MATMUL_GPU_GROUP_M,),  # the GPU default
     (128, 128, 16, 8, 8, 8),
     (128, 128, 16, 8, 8, 1),   # no block-row grouping
     (128, 256, 8, 8, 16, 8),   # 8x16 per invocation
@@ -91,19 +92,17 @@ class Probe:
         governor's low clock (an 8192^3 SGEMM read 5x slower than in the bench). So: run bursts of
         calls until at least settle_s has passed and two samples in a row agree within 3%."""
         be = self.be
-        t0, prev = time.monotonic(), None
-        while True:
+        if be.measure_gpu_ns(issue) is None:
+            return None
+
+        def burst() -> float:
             for _ in range(8):
                 issue()
             be.synchronize()
-            cur = be.measure_gpu_ns(issue)
-            if cur is None:
-                return None
-            waited = time.monotonic() - t0
-            if (waited > self.settle_s and prev is not None and abs(cur - prev) <= 0.03 * min(cur, prev)) \
-                    or waited > self.settle_s + 8:  # the H200 needs ~5.5 s of load to boost
-                break
-            prev = cur
+            return be.measure_gpu_ns(issue) or float("nan")
+
+        # the H200 needs ~5.5 s of load to boost
+        settle(burst, 0.03, self.settle_s + 8, min_s=self.settle_s)
         samples = [be.measure_gpu_ns(issue) for _ in range(self.repeats)]
         if any(s is None for s in samples):
             return None

@@ -64,6 +64,26 @@ def choose_repeats(one_call_s: float, policy: TimingPolicy) -> int:
     return int(min(policy.max_repeats, max(1, math.ceil(policy.min_sample_s / one_call_s))))
 
 
+def settle(sample: Callable[[], float], tol: float, max_s: float, *, start: float | None = None,
+           min_s: float = 0.0, ready: Callable[[], bool] | None = None) -> tuple[bool, int]:
+    """Take samples until two in a row agree within `tol` (relative) and `ready()` holds, at least
+    `min_s` and at most `max_s` seconds after `start` (perf_counter; default: now).
+
+    Host-bound work never lifts the clock: after a third of `max_s`, agreeing samples alone
+    settle it. Returns (settled, samples taken)."""
+    t_start = time.perf_counter() if start is None else start
+    prev, n = None, 0
+    while time.perf_counter() - t_start < max_s:
+        cur = sample()
+        n += 1
+        elapsed = time.perf_counter() - t_start
+        if prev is not None and elapsed >= min_s and abs(cur - prev) <= tol * min(cur, prev) \
+                and (ready is None or elapsed > max_s / 3 or ready()):
+            return True, n
+        prev = cur
+    return False, n
+
+
 def host_samples(run_sample: Callable[[int], None], policy: TimingPolicy,
                  ready: Callable[[], bool] | None = None,
                  info: dict | None = None) -> tuple[list[float], int]:
@@ -84,21 +104,12 @@ def host_samples(run_sample: Callable[[int], None], policy: TimingPolicy,
     repeats = choose_repeats(one, policy)
     settled, n_settle = True, 0
     if policy.settle_max_s > 0:
-        settled = False
-        prev = None
-        while time.perf_counter() - t_start < policy.settle_max_s:
+        def one_sample() -> float:
             t0 = time.perf_counter_ns()
             run_sample(repeats)
-            cur = time.perf_counter_ns() - t0
-            n_settle += 1
-            # host-bound work never lifts the clock: after a third of the limit, agreeing
-            # samples alone settle it
-            late = time.perf_counter() - t_start > policy.settle_max_s / 3
-            if prev is not None and abs(cur - prev) <= policy.settle_tol * min(cur, prev) \
-                    and (ready is None or late or ready()):
-                settled = True
-                break
-            prev = cur
+            return time.perf_counter_ns() - t0
+
+        settled, n_settle = settle(one_sample, policy.settle_tol, policy.settle_max_s, start=t_start, ready=ready)
     if info is not None:
         info.update(warmup_s=round(time.perf_counter() - t_start, 3), settled=settled, warmup_samples=n_settle)
     out: list[float] = []
