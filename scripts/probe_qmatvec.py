@@ -15,7 +15,10 @@ CUDA events).
     python3 scripts/probe_qmatvec.py --small         # quick run on lavapipe / any device
     python3 scripts/probe_qmatvec.py --variants generic auto fast:32:4:4 fast:128:2:1:tree
 
-A variant spec is generic | auto | fast:LANES:ROWS[:TEAMS[:subgroup|tree]].
+A variant spec is generic | auto | fast:LANES:ROWS[:TEAMS[:subgroup|tree]] (one pass over
+the row, narrow loads) | staged:LANES:ROWS:TEAMS[:CHUNK|TILEk[:subgroup|tree]] (16-byte loads
+staged through shared memory, CHUNK blocks per row at a time, or the largest chunk whose tile is
+at most TILE KiB; default: the policy's chunk).
 """
 
 from __future__ import annotations
@@ -38,25 +41,36 @@ SHAPES = [(14336, 4096), (4096, 14336)]
 SMALL_SHAPES = [(96, 512), (32, 1536)]
 L2_BYTES = 50 << 20
 DEFAULT_VARIANTS = (
-    ["generic", "auto"]
-    + [f"fast:32:{r}:{t}" for r in (1, 2, 4, 8) for t in (2, 4, 8)]
-    + [f"fast:{lanes}:{r}:1" for lanes in (64, 128, 256) for r in (1, 2, 4)]
-    + ["fast:64:4:2", "fast:128:4:2", "fast:32:4:4:tree", "fast:128:2:1:tree"]
+    ["generic", "auto", "fast:32:2:8", "fast:32:4:4", "fast:64:2:1", "fast:64:4:1", "fast:128:4:1",
+     "fast:128:4:2", "fast:256:2:1", "fast:256:4:1"]
+    + [f"staged:32:{r}:{t}" for r in (1, 2, 4, 8) for t in (4, 8)]
+    + [f"staged:{lanes}:{r}:{t}" for lanes in (64, 128) for r in (1, 2, 4) for t in (1, 2, 4)]
+    + ["staged:256:1:1", "staged:256:2:1", "staged:256:4:1"]
+    + [f"staged:{v}:{k}k" for v in ("32:4:4", "64:2:4", "128:2:2") for k in (4, 8, 32)]
 )
-SMALL_VARIANTS = ["generic", "auto", "fast:8:2:4", "fast:32:4:4", "fast:16:1:2:tree"]
+SMALL_VARIANTS = ["generic", "auto", "fast:8:2:4", "fast:32:4:4", "fast:16:1:2:tree",
+                  "staged:8:2:4", "staged:32:2:2:8", "staged:16:4:2:8:tree"]
+
+
+VARIANT_SYNTAX = "generic | auto | fast:LANES:ROWS[:TEAMS[:subgroup|tree]] | staged:LANES:ROWS:TEAMS[:CHUNK|TILEk[:subgroup|tree]]"
 
 
 def parse_variant(spec: str) -> dict:
     if spec in ("generic", "auto"):
         return {"kernel": spec}
     parts = spec.split(":")
-    if parts[0] != "fast" or not 3 <= len(parts) <= 5:
-        raise SystemExit(f"bad variant {spec!r}: generic | auto | fast:LANES:ROWS[:TEAMS[:subgroup|tree]]")
-    cfg = {"kernel": "fast", "lanes": int(parts[1]), "rows": int(parts[2])}
+    staged = parts[0] == "staged"
+    longest = 6 if staged else 5
+    if parts[0] not in ("fast", "staged") or not (4 if staged else 3) <= len(parts) <= longest:
+        raise SystemExit(f"bad variant {spec!r}: {VARIANT_SYNTAX}")
+    cfg = {"kernel": "fast", "lanes": int(parts[1]), "rows": int(parts[2]), "staged": staged}
     if len(parts) >= 4:
         cfg["teams"] = int(parts[3])
-    if len(parts) == 5:
-        cfg["reduce"] = parts[4]
+    if staged and len(parts) >= 5 and parts[4]:  # blocks per chunk, or a tile limit as 8k, 32k
+        key = "tile_kib" if parts[4].endswith("k") else "chunk"
+        cfg[key] = int(parts[4].rstrip("k"))
+    if len(parts) == longest:
+        cfg["reduce"] = parts[-1]
     return cfg
 
 
@@ -80,16 +94,17 @@ def time_variant(be, dtype, n_rows, n_cols, hws, hx, hy, repeats, loops):
                 be.quantized_matmul(hw, hx, hy, n_rows, n_cols, dtype)
 
     issue()  # warm-up: pipeline creation, first touches
-    samples = []
+    samples, timers = [], set()
     for _ in range(repeats):
         ns = be.measure_gpu_ns(issue)
+        timers.add("gpu" if ns is not None else "wall")
         if ns is None:
             t0 = time.perf_counter()
             issue()
             be.synchronize()
             ns = (time.perf_counter() - t0) * 1e9  # no timestamps: wall clock (upper bound)
         samples.append(ns / issue_count)
-    return statistics.median(samples)
+    return statistics.median(samples), "+".join(sorted(timers))
 
 
 def read_output(be, hy, n):
@@ -147,6 +162,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--loops", type=int, default=None, help="passes over the copies per measurement")
     ap.add_argument("--copy-tbs", type=float, default=4.18, help="measured copy bandwidth, TB/s")
+    ap.add_argument("--warm-s", type=float, default=None, help="seconds of copies before timing, so "
+                    "the GPU is at its boost clock (default 6; 0 with --small)")
     args = ap.parse_args(argv)
 
     shapes = SMALL_SHAPES if args.small else SHAPES
@@ -162,7 +179,17 @@ def main(argv=None) -> int:
     props = be.device_properties
     print(f"# device: {props['device_name']} ({props.get('driver_name')}, subgroup {props.get('subgroup_size')})")
     print(f"# auto policy picks per (dtype, shape) below; copy bandwidth for 'x copy': {args.copy_tbs} TB/s")
-    header = f"{'dtype':5} {'shape':>11} {'variant':22} {'spec':>15} {'us':>8} {'TB/s':>6} {'x copy':>6} {'NMSE':>9}"
+    header = f"{'dtype':5} {'shape':>11} {'variant':22} {'spec':>15} {'us':>8} {'TB/s':>6} {'x copy':>6} {'NMSE':>9} timer"
+    warm_s = (0.0 if args.small else 6.0) if args.warm_s is None else args.warm_s
+    if warm_s > 0:
+        src, dst = be.allocate(256 << 20), be.allocate(256 << 20)
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < warm_s:
+            for _ in range(20):
+                be.copy_buffer(src, dst, 256 << 20)
+            be.synchronize()
+        be.free(src), be.free(dst)
+        print(f"# warmed up: {time.perf_counter() - t0:.1f} s of 256 MiB copies")
     print(header)
     best: dict = {}
     try:
@@ -187,7 +214,7 @@ def main(argv=None) -> int:
                         be._policy.configure_qmatvec(cfg)  # the knobs VulkanBackend(qmatvec=...) sets
                         kernel = be._policy.qmatvec(dtype, n_cols, n_rows)
                         be.copy_to_device(bytes(4 * n_rows), hy)
-                        ns = time_variant(be, dtype, n_rows, n_cols, hws, hx, hy, repeats, loops)
+                        ns, timer = time_variant(be, dtype, n_rows, n_cols, hws, hx, hy, repeats, loops)
                         err = nmse(read_output(be, hy, n_rows), ref)
                     except Exception as exc:  # a variant the device cannot run: report, go on
                         print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} {name:22} FAILED: {type(exc).__name__}: {exc}")
@@ -196,7 +223,7 @@ def main(argv=None) -> int:
                     spec = "x".join(str(v) for v in kernel.spec)
                     flag = "" if err <= 1e-8 else "  <-- WRONG"
                     print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} {name:22} {spec:>15} {ns / 1e3:8.2f} "
-                          f"{tbs:6.3f} {tbs / args.copy_tbs:6.2f} {err:9.2e}{flag}", flush=True)
+                          f"{tbs:6.3f} {tbs / args.copy_tbs:6.2f} {err:9.2e} {timer}{flag}", flush=True)
                     key = (dtype.name, n_rows, n_cols)
                     if err <= 1e-8 and (key not in best or ns < best[key][1]):
                         best[key] = (name, ns, tbs, spec)

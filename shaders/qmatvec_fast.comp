@@ -28,6 +28,15 @@
 // time, so the result is right on any device), by subgroupAdd (plus shared memory when a team
 // spans several subgroups); otherwise (and in variant *.tree) by a tree in shared memory.
 //
+// Staged variants (*.staged.sg, *.staged.tree; rows of a multiple of 16 bytes only): the
+// workgroup's TEAMS * ROWS rows are consumed in chunks of CHUNK_BLOCKS blocks per row.  Every
+// invocation copies its share of the next chunk (16-byte loads of consecutive addresses, so
+// the whole workgroup streams contiguous row segments) into registers while the teams decode
+// the current chunk out of shared memory; then the registers go to shared memory.  A lane
+// thus keeps STAGE_LOADS 16-byte loads in flight instead of a few narrow, 2-byte-aligned
+// ones, which is what a matrix-vector product needs to approach DRAM bandwidth.  The decoding
+// below is the same code: its byte offsets point into the chunk instead of the buffer.
+//
 // kbench: variant q4_0.sg QT_Q4_0 USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_0.tree QT_Q4_0
 // kbench: variant q8_0.sg QT_Q8_0 USE_SUBGROUP target=vulkan1.1
@@ -36,6 +45,14 @@
 // kbench: variant q4_k.tree QT_Q4_K
 // kbench: variant q6_k.sg QT_Q6_K USE_SUBGROUP target=vulkan1.1
 // kbench: variant q6_k.tree QT_Q6_K
+// kbench: variant q4_0.staged.sg QT_Q4_0 STAGED USE_SUBGROUP target=vulkan1.1
+// kbench: variant q4_0.staged.tree QT_Q4_0 STAGED
+// kbench: variant q8_0.staged.sg QT_Q8_0 STAGED USE_SUBGROUP target=vulkan1.1
+// kbench: variant q8_0.staged.tree QT_Q8_0 STAGED
+// kbench: variant q4_k.staged.sg QT_Q4_K STAGED USE_SUBGROUP target=vulkan1.1
+// kbench: variant q4_k.staged.tree QT_Q4_K STAGED
+// kbench: variant q6_k.staged.sg QT_Q6_K STAGED USE_SUBGROUP target=vulkan1.1
+// kbench: variant q6_k.staged.tree QT_Q6_K STAGED
 
 #if defined(USE_SUBGROUP)
 #extension GL_KHR_shader_subgroup_basic : require
@@ -46,9 +63,32 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint LANES = 32;  // invocations per team (power of two, divides WG)
 layout(constant_id = 2) const uint ROWS = 4;    // rows per team
 
+#if defined(QT_Q4_0)
+const uint BLOCK_BYTES = 18u, BLOCK_ELEMS = 32u;
+#elif defined(QT_Q8_0)
+const uint BLOCK_BYTES = 34u, BLOCK_ELEMS = 32u;
+#elif defined(QT_Q4_K)
+const uint BLOCK_BYTES = 144u, BLOCK_ELEMS = 256u;
+#else
+const uint BLOCK_BYTES = 210u, BLOCK_ELEMS = 256u;
+#endif
+
+#if defined(STAGED)
+layout(constant_id = 3) const uint CHUNK_BLOCKS = 8;  // blocks per row and chunk (CHUNK_BLOCKS * BLOCK_BYTES % 16 == 0)
+const uint CHUNK16 = CHUNK_BLOCKS * BLOCK_BYTES / 16u;             // uvec4s per row and chunk
+const uint TILE16 = gl_WorkGroupSize.x / LANES * ROWS * CHUNK16;  // uvec4s per chunk
+const uint STAGE_LOADS = (TILE16 + gl_WorkGroupSize.x - 1u) / gl_WorkGroupSize.x;
+layout(std430, binding = 0) readonly buffer Weights4 { uvec4 wg4[]; };
+shared uvec4 st4[TILE16];
+#define WQ(i) st4[(i) >> 2][(i) & 3u]
+#define WQ4(i) st4[i]
+#else
 layout(std430, binding = 0) readonly buffer Weights { uint wq[]; };
+#define WQ(i) wq[i]
 #if defined(QT_Q4_K)
 layout(std430, binding = 0) readonly buffer Weights4 { uvec4 wq4[]; };
+#define WQ4(i) wq4[i]
+#endif
 #endif
 layout(std430, binding = 1) readonly buffer Input { vec4 x4[]; };
 layout(std430, binding = 2) writeonly buffer Output { float y[]; };
@@ -74,23 +114,23 @@ float mag(uint bits) {
 
 // the 4 bytes at a 2-aligned byte offset
 uint load4(uint p) {
-    uint lo = wq[p >> 2];
-    uint hi = wq[(p + 2u) >> 2];
+    uint lo = WQ(p >> 2);
+    uint hi = WQ((p + 2u) >> 2);
     return (p & 2u) != 0u ? (lo >> 16) | (hi << 16) : lo;
 }
 
 // the 8 bytes at a 2-aligned byte offset
 uvec2 load8(uint p) {
     uint w = p >> 2;
-    uint a = wq[w];
-    uint b = wq[w + 1u];
-    uint c = wq[(p + 6u) >> 2];
+    uint a = WQ(w);
+    uint b = WQ(w + 1u);
+    uint c = WQ((p + 6u) >> 2);
     return (p & 2u) != 0u ? uvec2((a >> 16) | (b << 16), (b >> 16) | (c << 16)) : uvec2(a, b);
 }
 
 // the half float at a 2-aligned byte offset
 float load_half(uint p) {
-    return unpackHalf2x16(wq[p >> 2] >> ((p & 2u) * 8u)).x;
+    return unpackHalf2x16(WQ(p >> 2) >> ((p & 2u) * 8u)).x;
 }
 
 #if defined(QT_Q4_0) || defined(QT_Q8_0)
@@ -99,6 +139,163 @@ const uint UNIT_SHIFT = 3u;   // 8 elements per unit
 const uint UNIT_SHIFT = 5u;   // 32 elements per unit
 #endif
 
+// per-invocation state of main(): the ROWS rows' partial sums and the byte offsets that the
+// decoding adds a block's offset to (buffer offsets, or in a staged chunk modulo 2^32)
+float acc[ROWS];
+uint rowoff[ROWS];
+
+// adds unit u of every row (u counts units from the start of the row) to acc
+void accumulate(uint u) {
+#if defined(QT_Q4_0)
+    uint b = u >> 2;
+    uint k = u & 3u;
+    vec4 xa = x4[8u * b + k];        // elements 4k .. 4k+3 (low nibbles)
+    vec4 xb = x4[8u * b + 4u + k];   // elements 16+4k .. 16+4k+3 (high nibbles)
+    const float C0 = TWO23 + 8.0, C4 = TWO23 + 128.0, C8 = TWO23 + 2048.0, C12 = TWO23 + 32768.0;
+    for (uint r = 0u; r < ROWS; ++r) {
+        uint blk = rowoff[r] + 18u * b;
+        uint q = load4(blk + 2u + 4u * k);
+        float d = load_half(blk);
+        uint qs = q >> 16;
+        float a0 = (mag(q & 0xFu) - C0) * xa.x;
+        float a8 = (mag(q & 0xF00u) - C8) * xa.y;
+        float a4 = (mag(q & 0xF0u) - C4) * xb.x;
+        float a12 = (mag(q & 0xF000u) - C12) * xb.y;
+        a0 = fma(mag(qs & 0xFu) - C0, xa.z, a0);
+        a8 = fma(mag(qs & 0xF00u) - C8, xa.w, a8);
+        a4 = fma(mag(qs & 0xF0u) - C4, xb.z, a4);
+        a12 = fma(mag(qs & 0xF000u) - C12, xb.w, a12);
+        float s = fma(a12, 1.0 / 4096.0, fma(a8, 1.0 / 256.0, fma(a4, 1.0 / 16.0, a0)));
+        acc[r] = fma(d, s, acc[r]);
+    }
+
+#elif defined(QT_Q8_0)
+    uint b = u >> 2;
+    uint k = u & 3u;
+    vec4 xa = x4[8u * b + 2u * k];       // elements 8k .. 8k+3
+    vec4 xb = x4[8u * b + 2u * k + 1u];  // elements 8k+4 .. 8k+7
+    const float C0 = TWO23 + 128.0, C8 = TWO23 + 32768.0;
+    for (uint r = 0u; r < ROWS; ++r) {
+        uint blk = rowoff[r] + 34u * b;
+        uvec2 q = load8(blk + 2u + 8u * k) ^ uvec2(0x80808080u);  // int8 -> int8 + 128
+        float d = load_half(blk);
+        uint h0 = q.x >> 16;
+        uint h1 = q.y >> 16;
+        float a0 = (mag(q.x & 0xFFu) - C0) * xa.x;
+        float a8 = (mag(q.x & 0xFF00u) - C8) * xa.y;
+        a0 = fma(mag(h0 & 0xFFu) - C0, xa.z, a0);
+        a8 = fma(mag(h0 & 0xFF00u) - C8, xa.w, a8);
+        a0 = fma(mag(q.y & 0xFFu) - C0, xb.x, a0);
+        a8 = fma(mag(q.y & 0xFF00u) - C8, xb.y, a8);
+        a0 = fma(mag(h1 & 0xFFu) - C0, xb.z, a0);
+        a8 = fma(mag(h1 & 0xFF00u) - C8, xb.w, a8);
+        acc[r] = fma(d, fma(a8, 1.0 / 256.0, a0), acc[r]);
+    }
+
+#elif defined(QT_Q4_K)
+    // unit i of block b: qs bytes 16i .. 16i+15 = group g = i/2, l = 16h .. 16h+15
+    uint b = u >> 3;
+    uint i = u & 7u;
+    uint g = i >> 1;
+    uint xbase = 64u * b + 16u * g + 4u * (i & 1u);
+    vec4 xl[4];
+    vec4 xh[4];
+    for (uint w = 0u; w < 4u; ++w) {
+        xl[w] = x4[xbase + w];       // elements 64g + 16h + 4w .. (sub-block 2g)
+        xh[w] = x4[xbase + 8u + w];  // elements 64g + 32 + 16h + 4w .. (sub-block 2g+1)
+    }
+    vec4 xs4 = (xl[0] + xl[1]) + (xl[2] + xl[3]);
+    vec4 xh4 = (xh[0] + xh[1]) + (xh[2] + xh[3]);
+    float xsum_lo = (xs4.x + xs4.y) + (xs4.z + xs4.w);
+    float xsum_hi = (xh4.x + xh4.y) + (xh4.z + xh4.w);
+    uint sh = 16u * (g & 1u);  // byte (2g) & 3 of the scale words
+    bool upper = g >= 2u;
+    for (uint r = 0u; r < ROWS; ++r) {
+        uint blk4 = (rowoff[r] + 144u * b) >> 4;
+        uvec4 hd = WQ4(blk4);
+        uvec4 q = WQ4(blk4 + 1u + i);
+        uint sa = hd.y >> sh;  // scales[j], scales[j+1]     (j = 2g & 3)
+        uint sb = hd.z >> sh;  // scales[j+4], scales[j+5]
+        uint sc = hd.w >> sh;  // scales[j+8], scales[j+9]
+        uint sc0 = upper ? (sc & 0xFu) | ((sa >> 2) & 0x30u) : sa & 63u;
+        uint mn0 = upper ? ((sc >> 4) & 0xFu) | ((sb >> 2) & 0x30u) : sb & 63u;
+        uint sc1 = upper ? ((sc >> 8) & 0xFu) | ((sa >> 10) & 0x30u) : (sa >> 8) & 63u;
+        uint mn1 = upper ? ((sc >> 12) & 0xFu) | ((sb >> 10) & 0x30u) : (sb >> 8) & 63u;
+        float l0 = 0.0, l8 = 0.0, h4 = 0.0, h12 = 0.0;
+        for (uint w = 0u; w < 4u; ++w) {
+            uint v = q[w];
+            uint vs = v >> 16;
+            l0 = fma(mag(v & 0xFu) - TWO23, xl[w].x, l0);
+            l8 = fma(mag(v & 0xF00u) - TWO23, xl[w].y, l8);
+            h4 = fma(mag(v & 0xF0u) - TWO23, xh[w].x, h4);
+            h12 = fma(mag(v & 0xF000u) - TWO23, xh[w].y, h12);
+            l0 = fma(mag(vs & 0xFu) - TWO23, xl[w].z, l0);
+            l8 = fma(mag(vs & 0xF00u) - TWO23, xl[w].w, l8);
+            h4 = fma(mag(vs & 0xF0u) - TWO23, xh[w].z, h4);
+            h12 = fma(mag(vs & 0xF000u) - TWO23, xh[w].w, h12);
+        }
+        vec2 dm = unpackHalf2x16(hd.x);
+        float dot_lo = fma(l8, 1.0 / 256.0, l0);
+        float dot_hi = fma(h12, 1.0 / 4096.0, h4 * (1.0 / 16.0));
+        float fs0 = mag(sc0) - TWO23, fs1 = mag(sc1) - TWO23;
+        float fm0 = mag(mn0) - TWO23, fm1 = mag(mn1) - TWO23;
+        float part = dm.x * fma(fs0, dot_lo, fs1 * dot_hi) - dm.y * fma(fm0, xsum_lo, fm1 * xsum_hi);
+        acc[r] += part;
+    }
+
+#elif defined(QT_Q6_K)
+    // unit (b, n, t): l = 8t .. 8t+7 of half n; part k holds elements 128n + 32k + l
+    uint b = u >> 3;
+    uint n = (u >> 2) & 1u;
+    uint t = u & 3u;
+    uint xbase = 64u * b + 32u * n + 2u * t;
+    vec4 xv[8];  // xv[2k + w]: part k, elements l = 8t + 4w ..
+    for (uint kk = 0u; kk < 4u; ++kk) {
+        xv[2u * kk] = x4[xbase + 8u * kk];
+        xv[2u * kk + 1u] = x4[xbase + 8u * kk + 1u];
+    }
+    const float C0 = TWO23 + 32.0, C8 = TWO23 + 8192.0, CS = TWO23 + 128.0;
+    uint ssh = 8u * (t >> 1);  // scale index is = l / 16 = t / 2
+    for (uint r = 0u; r < ROWS; ++r) {
+        uint blk = rowoff[r] + 210u * b;
+        uvec2 qa = load8(blk + 64u * n + 8u * t);        // ql[l]
+        uvec2 qb = load8(blk + 64u * n + 32u + 8u * t);  // ql[l + 32]
+        uvec2 qh = load8(blk + 128u + 32u * n + 8u * t);
+        uvec2 sw = (load8(blk + 192u + 8u * n) >> ssh) ^ uvec2(0x00800080u);
+        float d = load_half(blk + 208u);
+        float p0[4] = float[4](0.0, 0.0, 0.0, 0.0);
+        float p8[4] = float[4](0.0, 0.0, 0.0, 0.0);
+        for (uint w = 0u; w < 2u; ++w) {
+            uint A = qa[w], B = qb[w], H = qh[w];
+            uint v[4];
+            v[0] = (A & 0x0F0F0F0Fu) | ((H << 4) & 0x30303030u);
+            v[1] = (B & 0x0F0F0F0Fu) | ((H << 2) & 0x30303030u);
+            v[2] = ((A >> 4) & 0x0F0F0F0Fu) | (H & 0x30303030u);
+            v[3] = ((B >> 4) & 0x0F0F0F0Fu) | ((H >> 2) & 0x30303030u);
+            for (uint kk = 0u; kk < 4u; ++kk) {
+                uint e = v[kk];
+                uint es = e >> 16;
+                vec4 xx = xv[2u * kk + w];
+                p0[kk] = fma(mag(e & 0x3Fu) - C0, xx.x, p0[kk]);
+                p8[kk] = fma(mag(e & 0x3F00u) - C8, xx.y, p8[kk]);
+                p0[kk] = fma(mag(es & 0x3Fu) - C0, xx.z, p0[kk]);
+                p8[kk] = fma(mag(es & 0x3F00u) - C8, xx.w, p8[kk]);
+            }
+        }
+        // int8 scales sc[is + 2k]: bytes 0 and 2 of sw.x (k = 0, 1) and of sw.y (k = 2, 3)
+        float s0 = mag(sw.x & 0xFFu) - CS;
+        float s1 = mag((sw.x >> 16) & 0xFFu) - CS;
+        float s2 = mag(sw.y & 0xFFu) - CS;
+        float s3 = mag((sw.y >> 16) & 0xFFu) - CS;
+        float part = s0 * fma(p8[0], 1.0 / 256.0, p0[0]);
+        part = fma(s1, fma(p8[1], 1.0 / 256.0, p0[1]), part);
+        part = fma(s2, fma(p8[2], 1.0 / 256.0, p0[2]), part);
+        part = fma(s3, fma(p8[3], 1.0 / 256.0, p0[3]), part);
+        acc[r] = fma(d, part, acc[r]);
+    }
+#endif
+}
+
 void main() {
     const uint TEAMS = gl_WorkGroupSize.x / LANES;
     uint lid = gl_LocalInvocationID.x;
@@ -106,168 +303,60 @@ void main() {
     uint lane = lid % LANES;
     uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
     uint row0 = (group * TEAMS + team) * ROWS;
-
-    float acc[ROWS];
-    uint rowoff[ROWS];
     for (uint r = 0u; r < ROWS; ++r) {
         acc[r] = 0.0;
+    }
+
+#if defined(STAGED)
+    // every invocation stages (and reaches every barrier), whether or not its rows exist
+    uint wg_row0 = group * TEAMS * ROWS;
+    uint chunks = pc.n_cols / (CHUNK_BLOCKS * BLOCK_ELEMS);  // the policy makes it exact
+    uint chunk_units = (CHUNK_BLOCKS * BLOCK_ELEMS) >> UNIT_SHIFT;
+    uint row16 = pc.row_bytes >> 4;
+    // uvec4 index of tile slot e of chunk 0 (rows past the end repeat the last row)
+    uint src[STAGE_LOADS];
+    uvec4 reg[STAGE_LOADS];
+    for (uint s = 0u; s < STAGE_LOADS; ++s) {
+        uint e = min(lid + s * gl_WorkGroupSize.x, TILE16 - 1u);
+        uint row = min(wg_row0 + e / CHUNK16, pc.n_rows - 1u);
+        src[s] = row * row16 + e % CHUNK16;
+        reg[s] = wg4[src[s]];
+    }
+    for (uint c = 0u; c < chunks; ++c) {
+        for (uint s = 0u; s < STAGE_LOADS; ++s) {
+            uint e = lid + s * gl_WorkGroupSize.x;
+            if (e < TILE16) {
+                st4[e] = reg[s];
+            }
+        }
+        barrier();
+        if (c + 1u < chunks) {  // the next chunk's loads are in flight while this one is decoded
+            for (uint s = 0u; s < STAGE_LOADS; ++s) {
+                reg[s] = wg4[src[s] + (c + 1u) * CHUNK16];
+            }
+        }
+        uint first = c * chunk_units;
+        for (uint r = 0u; r < ROWS; ++r) {
+            // + the block's offset in the row = its offset in the tile (uint arithmetic wraps)
+            rowoff[r] = (team * ROWS + r) * (CHUNK16 * 16u) - c * (CHUNK_BLOCKS * BLOCK_BYTES);
+        }
+        for (uint u = first + lane; u < first + chunk_units; u += LANES) {
+            accumulate(u);
+        }
+        barrier();
+    }
+#else
+    for (uint r = 0u; r < ROWS; ++r) {
         // rows past the end repeat the last row (loads stay in bounds; results are dropped)
         rowoff[r] = min(row0 + r, pc.n_rows - 1u) * pc.row_bytes;
     }
-
     if (row0 < pc.n_rows) {
         uint units = pc.n_cols >> UNIT_SHIFT;
         for (uint u = lane; u < units; u += LANES) {
-#if defined(QT_Q4_0)
-            uint b = u >> 2;
-            uint k = u & 3u;
-            vec4 xa = x4[8u * b + k];        // elements 4k .. 4k+3 (low nibbles)
-            vec4 xb = x4[8u * b + 4u + k];   // elements 16+4k .. 16+4k+3 (high nibbles)
-            const float C0 = TWO23 + 8.0, C4 = TWO23 + 128.0, C8 = TWO23 + 2048.0, C12 = TWO23 + 32768.0;
-            for (uint r = 0u; r < ROWS; ++r) {
-                uint blk = rowoff[r] + 18u * b;
-                uint q = load4(blk + 2u + 4u * k);
-                float d = load_half(blk);
-                uint qs = q >> 16;
-                float a0 = (mag(q & 0xFu) - C0) * xa.x;
-                float a8 = (mag(q & 0xF00u) - C8) * xa.y;
-                float a4 = (mag(q & 0xF0u) - C4) * xb.x;
-                float a12 = (mag(q & 0xF000u) - C12) * xb.y;
-                a0 = fma(mag(qs & 0xFu) - C0, xa.z, a0);
-                a8 = fma(mag(qs & 0xF00u) - C8, xa.w, a8);
-                a4 = fma(mag(qs & 0xF0u) - C4, xb.z, a4);
-                a12 = fma(mag(qs & 0xF000u) - C12, xb.w, a12);
-                float s = fma(a12, 1.0 / 4096.0, fma(a8, 1.0 / 256.0, fma(a4, 1.0 / 16.0, a0)));
-                acc[r] = fma(d, s, acc[r]);
-            }
-
-#elif defined(QT_Q8_0)
-            uint b = u >> 2;
-            uint k = u & 3u;
-            vec4 xa = x4[8u * b + 2u * k];       // elements 8k .. 8k+3
-            vec4 xb = x4[8u * b + 2u * k + 1u];  // elements 8k+4 .. 8k+7
-            const float C0 = TWO23 + 128.0, C8 = TWO23 + 32768.0;
-            for (uint r = 0u; r < ROWS; ++r) {
-                uint blk = rowoff[r] + 34u * b;
-                uvec2 q = load8(blk + 2u + 8u * k) ^ uvec2(0x80808080u);  // int8 -> int8 + 128
-                float d = load_half(blk);
-                uint h0 = q.x >> 16;
-                uint h1 = q.y >> 16;
-                float a0 = (mag(q.x & 0xFFu) - C0) * xa.x;
-                float a8 = (mag(q.x & 0xFF00u) - C8) * xa.y;
-                a0 = fma(mag(h0 & 0xFFu) - C0, xa.z, a0);
-                a8 = fma(mag(h0 & 0xFF00u) - C8, xa.w, a8);
-                a0 = fma(mag(q.y & 0xFFu) - C0, xb.x, a0);
-                a8 = fma(mag(q.y & 0xFF00u) - C8, xb.y, a8);
-                a0 = fma(mag(h1 & 0xFFu) - C0, xb.z, a0);
-                a8 = fma(mag(h1 & 0xFF00u) - C8, xb.w, a8);
-                acc[r] = fma(d, fma(a8, 1.0 / 256.0, a0), acc[r]);
-            }
-
-#elif defined(QT_Q4_K)
-            // unit i of block b: qs bytes 16i .. 16i+15 = group g = i/2, l = 16h .. 16h+15
-            uint b = u >> 3;
-            uint i = u & 7u;
-            uint g = i >> 1;
-            uint xbase = 64u * b + 16u * g + 4u * (i & 1u);
-            vec4 xl[4];
-            vec4 xh[4];
-            for (uint w = 0u; w < 4u; ++w) {
-                xl[w] = x4[xbase + w];       // elements 64g + 16h + 4w .. (sub-block 2g)
-                xh[w] = x4[xbase + 8u + w];  // elements 64g + 32 + 16h + 4w .. (sub-block 2g+1)
-            }
-            vec4 xs4 = (xl[0] + xl[1]) + (xl[2] + xl[3]);
-            vec4 xh4 = (xh[0] + xh[1]) + (xh[2] + xh[3]);
-            float xsum_lo = (xs4.x + xs4.y) + (xs4.z + xs4.w);
-            float xsum_hi = (xh4.x + xh4.y) + (xh4.z + xh4.w);
-            uint sh = 16u * (g & 1u);  // byte (2g) & 3 of the scale words
-            bool upper = g >= 2u;
-            for (uint r = 0u; r < ROWS; ++r) {
-                uint blk4 = (rowoff[r] >> 4) + 9u * b;
-                uvec4 hd = wq4[blk4];
-                uvec4 q = wq4[blk4 + 1u + i];
-                uint sa = hd.y >> sh;  // scales[j], scales[j+1]     (j = 2g & 3)
-                uint sb = hd.z >> sh;  // scales[j+4], scales[j+5]
-                uint sc = hd.w >> sh;  // scales[j+8], scales[j+9]
-                uint sc0 = upper ? (sc & 0xFu) | ((sa >> 2) & 0x30u) : sa & 63u;
-                uint mn0 = upper ? ((sc >> 4) & 0xFu) | ((sb >> 2) & 0x30u) : sb & 63u;
-                uint sc1 = upper ? ((sc >> 8) & 0xFu) | ((sa >> 10) & 0x30u) : (sa >> 8) & 63u;
-                uint mn1 = upper ? ((sc >> 12) & 0xFu) | ((sb >> 10) & 0x30u) : (sb >> 8) & 63u;
-                float l0 = 0.0, l8 = 0.0, h4 = 0.0, h12 = 0.0;
-                for (uint w = 0u; w < 4u; ++w) {
-                    uint v = q[w];
-                    uint vs = v >> 16;
-                    l0 = fma(mag(v & 0xFu) - TWO23, xl[w].x, l0);
-                    l8 = fma(mag(v & 0xF00u) - TWO23, xl[w].y, l8);
-                    h4 = fma(mag(v & 0xF0u) - TWO23, xh[w].x, h4);
-                    h12 = fma(mag(v & 0xF000u) - TWO23, xh[w].y, h12);
-                    l0 = fma(mag(vs & 0xFu) - TWO23, xl[w].z, l0);
-                    l8 = fma(mag(vs & 0xF00u) - TWO23, xl[w].w, l8);
-                    h4 = fma(mag(vs & 0xF0u) - TWO23, xh[w].z, h4);
-                    h12 = fma(mag(vs & 0xF000u) - TWO23, xh[w].w, h12);
-                }
-                vec2 dm = unpackHalf2x16(hd.x);
-                float dot_lo = fma(l8, 1.0 / 256.0, l0);
-                float dot_hi = fma(h12, 1.0 / 4096.0, h4 * (1.0 / 16.0));
-                float fs0 = mag(sc0) - TWO23, fs1 = mag(sc1) - TWO23;
-                float fm0 = mag(mn0) - TWO23, fm1 = mag(mn1) - TWO23;
-                float part = dm.x * fma(fs0, dot_lo, fs1 * dot_hi) - dm.y * fma(fm0, xsum_lo, fm1 * xsum_hi);
-                acc[r] += part;
-            }
-
-#elif defined(QT_Q6_K)
-            // unit (b, n, t): l = 8t .. 8t+7 of half n; part k holds elements 128n + 32k + l
-            uint b = u >> 3;
-            uint n = (u >> 2) & 1u;
-            uint t = u & 3u;
-            uint xbase = 64u * b + 32u * n + 2u * t;
-            vec4 xv[8];  // xv[2k + w]: part k, elements l = 8t + 4w ..
-            for (uint kk = 0u; kk < 4u; ++kk) {
-                xv[2u * kk] = x4[xbase + 8u * kk];
-                xv[2u * kk + 1u] = x4[xbase + 8u * kk + 1u];
-            }
-            const float C0 = TWO23 + 32.0, C8 = TWO23 + 8192.0, CS = TWO23 + 128.0;
-            uint ssh = 8u * (t >> 1);  // scale index is = l / 16 = t / 2
-            for (uint r = 0u; r < ROWS; ++r) {
-                uint blk = rowoff[r] + 210u * b;
-                uvec2 qa = load8(blk + 64u * n + 8u * t);        // ql[l]
-                uvec2 qb = load8(blk + 64u * n + 32u + 8u * t);  // ql[l + 32]
-                uvec2 qh = load8(blk + 128u + 32u * n + 8u * t);
-                uvec2 sw = (load8(blk + 192u + 8u * n) >> ssh) ^ uvec2(0x00800080u);
-                float d = load_half(blk + 208u);
-                float p0[4] = float[4](0.0, 0.0, 0.0, 0.0);
-                float p8[4] = float[4](0.0, 0.0, 0.0, 0.0);
-                for (uint w = 0u; w < 2u; ++w) {
-                    uint A = qa[w], B = qb[w], H = qh[w];
-                    uint v[4];
-                    v[0] = (A & 0x0F0F0F0Fu) | ((H << 4) & 0x30303030u);
-                    v[1] = (B & 0x0F0F0F0Fu) | ((H << 2) & 0x30303030u);
-                    v[2] = ((A >> 4) & 0x0F0F0F0Fu) | (H & 0x30303030u);
-                    v[3] = ((B >> 4) & 0x0F0F0F0Fu) | ((H >> 2) & 0x30303030u);
-                    for (uint kk = 0u; kk < 4u; ++kk) {
-                        uint e = v[kk];
-                        uint es = e >> 16;
-                        vec4 xx = xv[2u * kk + w];
-                        p0[kk] = fma(mag(e & 0x3Fu) - C0, xx.x, p0[kk]);
-                        p8[kk] = fma(mag(e & 0x3F00u) - C8, xx.y, p8[kk]);
-                        p0[kk] = fma(mag(es & 0x3Fu) - C0, xx.z, p0[kk]);
-                        p8[kk] = fma(mag(es & 0x3F00u) - C8, xx.w, p8[kk]);
-                    }
-                }
-                // int8 scales sc[is + 2k]: bytes 0 and 2 of sw.x (k = 0, 1) and of sw.y (k = 2, 3)
-                float s0 = mag(sw.x & 0xFFu) - CS;
-                float s1 = mag((sw.x >> 16) & 0xFFu) - CS;
-                float s2 = mag(sw.y & 0xFFu) - CS;
-                float s3 = mag((sw.y >> 16) & 0xFFu) - CS;
-                float part = s0 * fma(p8[0], 1.0 / 256.0, p0[0]);
-                part = fma(s1, fma(p8[1], 1.0 / 256.0, p0[1]), part);
-                part = fma(s2, fma(p8[2], 1.0 / 256.0, p0[2]), part);
-                part = fma(s3, fma(p8[3], 1.0 / 256.0, p0[3]), part);
-                acc[r] = fma(d, part, acc[r]);
-            }
-#endif
+            accumulate(u);
         }
     }
+#endif
 
     // ---- reduction over the team's lanes (every invocation gets here: barriers stay uniform)
 #if defined(USE_SUBGROUP)

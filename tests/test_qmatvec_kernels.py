@@ -6,6 +6,9 @@ one subgroup per team (lanes = subgroup size), teams spanning several subgroups,
 shared-memory tree (variant *.tree, and lane counts that are not a multiple of the subgroup).
 Its decoding has no alignment requirement, so the same variants also cover rows whose byte
 length is not a multiple of 16 (and odd block counts, whose blocks alternate 2-byte parity).
+Its staged variants (16-byte loads through shared memory) run where rows are a multiple of 16
+bytes and a whole number of chunks; each staged config must run at least one shape staged with
+several chunks per row.
 The generic qmatvec.comp covers every dtype in QMATVEC_DTYPES (subgroup and shared variants).
 Reference: kbench.quant.dequantize in float64; NMSE <= 1e-8.
 """
@@ -38,13 +41,21 @@ CONFIGS = {
     "fast-tree-l16r3t3": ({"qmatvec": {"kernel": "fast", "lanes": 16, "rows": 3, "teams": 3,
                                        "reduce": "tree"}}, "fast"),
     "fast-nosg-l4r1": ({"use_subgroups": False, "qmatvec": {"kernel": "fast", "lanes": 4, "rows": 1}}, "fast"),
+    # staged through shared memory (rows of a multiple of 16 bytes; other shapes fall back to
+    # the unstaged kernel): one chunk per row, several chunks, a tile not a multiple of WG
+    "staged-sg-l8r2t4": ({"qmatvec": {"kernel": "fast", "lanes": 8, "rows": 2, "teams": 4, "staged": True,
+                                      "tile_kib": 1}}, "fast"),
+    "staged-sg-l32r3t2": ({"qmatvec": {"kernel": "fast", "lanes": 32, "rows": 3, "teams": 2, "staged": True,
+                                       "chunk": 8}}, "fast"),
+    "staged-tree-l16r1t3": ({"qmatvec": {"kernel": "fast", "lanes": 16, "rows": 1, "teams": 3, "staged": True,
+                                         "tile_kib": 1, "reduce": "tree"}}, "fast"),
 }
 
 # (n_rows, n_cols): odd row counts, row lengths whose byte size is / is not a multiple of 16
 SHAPES = {
     1: [(1, 1), (7, 33), (5, 512)],
     32: [(1, 32), (7, 96), (13, 160), (33, 1024)],   # Q4_0 rows of 18, 54, 90, 576 bytes
-    256: [(1, 256), (7, 768), (5, 1280), (9, 2048)],  # Q6_K rows of 210, 630, 1050, 1680 bytes
+    256: [(1, 256), (7, 768), (5, 1280), (9, 2048), (5, 4096)],  # Q6_K rows of 210, 630, 1050, 1680, 3360 bytes
 }
 
 
@@ -92,8 +103,11 @@ def test_qmatvec_variant_matches_float64(backends, cfg, dtype):
     be = _backend(backends, cfg)
     rng = np.random.default_rng(int(dtype) * 1000 + len(cfg))
     family = CONFIGS[cfg][1]
+    staged_shapes = []
     for n_rows, n_cols in SHAPES[dtype.block_elems]:
         kernel = be._policy.qmatvec(dtype, n_cols, n_rows)
+        if ".staged." in kernel.spv:
+            staged_shapes.append((n_rows, n_cols, n_cols // dtype.block_elems // kernel.spec[3]))
         if family != "auto":
             assert kernel.spv.startswith("qmatvec_fast." if family == "fast" else "qmatvec."), kernel
         W = rng.uniform(-1, 1, (n_rows, n_cols)).astype(np.float32)
@@ -119,6 +133,9 @@ def test_qmatvec_variant_matches_float64(backends, cfg, dtype):
         assert not np.any(np.isnan(got[:n_rows])), f"{what}: NaN"
         err = _nmse(got[:n_rows], ref)
         assert err <= NMSE_LIMIT, f"{what}: NMSE {err:.3e} > {NMSE_LIMIT:.0e}"
+    if cfg.startswith("staged"):
+        # (rows, cols, chunks per row): the staged kernel ran, and with several chunks per row
+        assert any(chunks > 1 for *_, chunks in staged_shapes), f"{cfg} {dtype.name}: staged on {staged_shapes}"
 
 
 def _props(**over):

@@ -122,6 +122,32 @@ def test_many_managers_created_and_destroyed():
         assert m._device is None, f"device leaked: {m.get_stats()}"
 
 
+def test_managers_share_one_instance_and_only_unused_shared_instances_are_destroyed(monkeypatch):
+    from kbench.runtime.device import Instance
+
+    # the NVIDIA driver refuses vkCreateInstance after ~30 create/destroy cycles per process
+    with kp.Manager(validation=False) as a:
+        first = a._instance
+        with kp.Manager(validation=False) as b:
+            assert b._instance is first, "a second live Manager made its own VkInstance"
+            assert first.users == 2, f"expected 2 users of the shared instance, got {first.users}"
+            kp.list_devices()
+            assert first.users == 2, f"list_devices did not hand the instance back: {first.users} users"
+            assert Instance.destroy_shared() >= 1, "destroy_shared destroyed an instance in use"
+            assert first.handle is not None
+    assert first.users == 0 and first.handle is not None, "the shared instance went with its last Manager"
+    with kp.Manager(validation=False) as c:
+        assert c._instance is first, "a later Manager did not reuse the shared instance"
+    assert Instance.destroy_shared() == 0 and first.handle is None, "an unused shared instance was kept"
+    with kp.Manager(validation=False) as d:
+        assert d._instance is not first and d._instance.handle is not None, "no fresh shared instance"
+    monkeypatch.setenv("KBENCH_SHARED_INSTANCE", "0")
+    with kp.Manager(validation=False) as e:
+        own = e._instance
+        assert not own.is_shared and own is not d._instance
+    assert own.handle is None, "KBENCH_SHARED_INSTANCE=0: the Manager's own instance was not destroyed"
+
+
 @pytest.mark.parametrize("bad,exc,match", [
     ([], ValueError, "zero-size tensor"),
     (np.zeros(0, np.float32), ValueError, "zero-size tensor"),

@@ -10,6 +10,7 @@ member by member.  Nothing here touches a device.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -439,9 +440,11 @@ class KernelPolicy:
         "generic" (qmatvec.comp); for the fast kernel ``lanes`` (invocations per row team, a
         power of two), ``rows`` (rows per team), ``teams`` (teams per workgroup) and
         ``reduce`` ("subgroup" or "tree"; default: subgroup where the device has subgroup
-        arithmetic)."""
+        arithmetic), ``staged`` (True: stage weights through shared memory where the shape
+        allows it, see :meth:`qmatvec_chunk`; default QMATVEC_STAGED), ``chunk`` (blocks per row and staged chunk) and ``tile_kib``
+        (the staged tile's size limit when ``chunk`` is not given)."""
         cfg = dict(config or {}, **knobs)
-        unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce"}
+        unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib"}
         if unknown:
             raise ValueError(f"qmatvec config: unknown keys {sorted(unknown)}")
         if cfg.get("kernel", "auto") not in ("auto", "fast", "generic"):
@@ -450,7 +453,9 @@ class KernelPolicy:
             raise ValueError(f"qmatvec config: reduce must be subgroup or tree, got {cfg['reduce']!r}")
         if cfg.get("reduce") == "subgroup" and not self.use_subgroups:
             raise ValueError("qmatvec config: reduce='subgroup' needs subgroup arithmetic")
-        for key in ("lanes", "rows", "teams"):
+        if cfg.get("staged") is not None and not isinstance(cfg["staged"], bool):
+            raise ValueError(f"qmatvec config: staged must be True or False, got {cfg['staged']!r}")
+        for key in ("lanes", "rows", "teams", "chunk", "tile_kib"):
             v = cfg.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"qmatvec config: {key} must be a positive int, got {v!r}")
@@ -513,13 +518,49 @@ class KernelPolicy:
             rows //= 2
         reduce = cfg.get("reduce") or ("subgroup" if self.use_subgroups else "tree")
         variant = "sg" if reduce == "subgroup" else "tree"
-        return Kernel(f"qmatvec_fast.{name}.{variant}.spv", (wg, lanes, rows), PUSH_QMATVEC)
+        chunk = None
+        if cfg.get("staged", self.QMATVEC_STAGED):
+            chunk = self.qmatvec_chunk(dtype, n_cols, teams * rows, wg, rows, cfg.get("chunk"),
+                                       (cfg.get("tile_kib") or self.QMATVEC_TILE_KIB) << 10)
+        if chunk is None:
+            return Kernel(f"qmatvec_fast.{name}.{variant}.spv", (wg, lanes, rows), PUSH_QMATVEC)
+        return Kernel(f"qmatvec_fast.{name}.staged.{variant}.spv", (wg, lanes, rows, chunk), PUSH_QMATVEC)
+
+    #: whether the automatic choice stages weights through shared memory where it can
+    QMATVEC_STAGED = False
+    #: KiB of weights one workgroup of a staged qmatvec_fast kernel holds in shared memory
+    QMATVEC_TILE_KIB = 16
+
+    def qmatvec_chunk(self, dtype: DType, n_cols: int, group_rows: int, wg: int, rows: int,
+                      chunk: int | None = None, tile_bytes: int = QMATVEC_TILE_KIB << 10) -> int | None:
+        """Blocks per row of one staged chunk, or None where the staged kernel cannot run: its
+        16-byte loads need chunks (hence rows) of a multiple of 16 bytes, it needs a whole
+        number of chunks per row, and its tile must fit in shared memory beside the reduction's
+        arrays. ``chunk`` (a request) is kept if valid; otherwise the largest chunk whose tile
+        is at most ``tile_bytes`` (the smallest if none is)."""
+        bb, be = dtype.block_bytes, dtype.block_elems
+        nb = n_cols // be
+        step = 16 // math.gcd(bb, 16)  # blocks per 16-byte-aligned chunk
+
+        def fits(cb: int) -> bool:
+            shared = group_rows * cb * bb + wg * (4 * rows + 4)
+            return nb % cb == 0 and cb % step == 0 and shared <= self.max_shared
+
+        if n_cols % be or nb == 0:
+            return None
+        if chunk is not None:
+            return chunk if fits(chunk) else None
+        best = None
+        for cb in range(step, nb + 1, step):
+            if fits(cb) and (best is None or group_rows * cb * bb <= tile_bytes):
+                best = cb
+        return best
 
     @staticmethod
     def qmatvec_rows(kernel: Kernel) -> int:
         """Rows one workgroup of ``kernel`` computes."""
         if kernel.spv.startswith("qmatvec_fast."):
-            wg, lanes, rows = kernel.spec
+            wg, lanes, rows = kernel.spec[:3]
             return (wg // lanes) * rows
         return kernel.spec[1]
 

@@ -1,7 +1,9 @@
 """Instance creation, physical-device discovery and the properties a cross-vendor harness needs."""
 from __future__ import annotations
 
+import atexit
 import os
+import threading
 from typing import Any
 
 from . import _vk
@@ -91,11 +93,26 @@ def instance_api_version() -> int:
         return vk.VK_MAKE_VERSION(1, 0, 0)
 
 
+def _shared_default() -> bool:
+    return os.environ.get("KBENCH_SHARED_INSTANCE", "1").lower() not in ("0", "false", "no", "off")
+
+
 class Instance:
-    """A VkInstance, optionally with the Khronos validation layer and a debug messenger."""
+    """A VkInstance, optionally with the Khronos validation layer and a debug messenger.
+
+    Managers take the process's shared instance (:meth:`shared`) rather than one each: the
+    NVIDIA driver (580 on an H200) fails every vkCreateInstance of a process with
+    VK_ERROR_INCOMPATIBLE_DRIVER after about 30 create/destroy cycles, and other users of that
+    driver report corrupted subgroup invocation ids after about 11 (scripts/probe_lifetimes.py
+    reproduces the first). ``KBENCH_SHARED_INSTANCE=0`` gives each Manager its own again."""
+
+    _shared: dict[bool, "Instance"] = {}
+    _shared_lock = threading.Lock()
 
     def __init__(self, validation: bool = False, handle: Any = None):
         self.owned = handle is None
+        self.is_shared = False
+        self.users = 0
         self.validation = validation
         self.messenger = None
         self._destroy_messenger = None
@@ -136,6 +153,44 @@ class Instance:
     def physical_devices(self) -> list:
         with _vk.call("vkEnumeratePhysicalDevices"):
             return list(vk.vkEnumeratePhysicalDevices(self.handle))
+
+    @classmethod
+    def acquire(cls, validation: bool = False) -> "Instance":
+        """An instance for one user (a Manager, list_devices): the shared one for this validation
+        setting, created on first use, or with KBENCH_SHARED_INSTANCE=0 a new one. Hand it back
+        with :meth:`release`."""
+        if not _shared_default():
+            return cls(validation)
+        with cls._shared_lock:
+            inst = cls._shared.get(validation)
+            if inst is None or inst.handle is None:
+                inst = cls(validation)
+                inst.is_shared = True
+                cls._shared[validation] = inst
+            inst.users += 1
+            return inst
+
+    def release(self) -> None:
+        """The user is done: a shared instance stays for the next one, any other is destroyed."""
+        if not self.is_shared:
+            self.destroy()
+            return
+        with self._shared_lock:
+            self.users = max(0, self.users - 1)
+
+    @classmethod
+    def destroy_shared(cls) -> int:
+        """Destroy the shared instances no Manager uses (at interpreter exit, or to start afresh);
+        returns how many are still in use and kept."""
+        kept = 0
+        with cls._shared_lock:
+            for key, inst in list(cls._shared.items()):
+                if inst.users:
+                    kept += 1
+                    continue
+                inst.destroy()
+                del cls._shared[key]
+        return kept
 
     def destroy(self) -> None:
         if self.messenger is not None:
@@ -273,3 +328,7 @@ def describe(instance_handle, pd, index: int) -> dict[str, Any]:
         "cooperative_matrix_properties": cooperative_matrix_properties(instance_handle, pd, exts),
         "icd_file": icd_file(),
     }
+
+
+# devices and queues are gone by then for every Manager that was destroyed; any still alive keep theirs
+atexit.register(Instance.destroy_shared)

@@ -26,11 +26,11 @@ def _validation_default() -> bool:
 
 def list_devices() -> list[dict[str, Any]]:
     """Properties of every physical device the Vulkan loader finds."""
-    inst = Instance(validation=False)
+    inst = Instance.acquire(validation=False)
     try:
         return [describe(inst.handle, pd, i) for i, pd in enumerate(inst.physical_devices())]
     finally:
-        inst.destroy()
+        inst.release()
 
 
 # (feature struct key, field names) that kbench enables whenever the device supports them, so
@@ -62,7 +62,7 @@ class Manager:
         if not isinstance(device, int) or isinstance(device, bool):
             raise TypeError(f"device must be an int index, got {type(device).__name__}")
         validation = _validation_default() if validation is None else bool(validation)
-        self._instance = Instance(validation=validation)
+        self._instance = Instance.acquire(validation=validation)
         try:
             if validation:
                 _validation.register(self._messages)
@@ -462,6 +462,6 @@ class Manager:
             vk.vkDestroyDevice(self._device, None)
         self._device = None
         if self._instance is not None:
-            self._instance.destroy()
+            self._instance.release()
             self._instance = None
         _validation.unregister(self._messages)
