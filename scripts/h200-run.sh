@@ -38,8 +38,11 @@ else
   timeout ${QUEUE_S:-80} python3 -m kbench bench -q all --no-peaks --quiet --out "$out/q" \
     -k "add[size=16777216]" -k "matmul[m=1024" -k "kp_mult[size=16777216]" > "$out/queues.log" 2>&1
   tail -4 "$out/queues.log"
-  KBENCH_VALIDATION=0 timeout ${TESTS_S:-100} python3 -m pytest tests/test_runtime_kompute.py tests/test_runtime_fixes.py \
+  # the driver's instance-cycle limit, and fd/thread growth across Manager cycles
+  timeout 100 python3 scripts/probe_lifetimes.py --cycles 100 --raw-instances 60 > "$out/lifetimes.log" 2>&1
+  tail -3 "$out/lifetimes.log"
+  KBENCH_VALIDATION=0 timeout ${TESTS_S:-150} python3 -m pytest tests/test_runtime_kompute.py tests/test_runtime_fixes.py \
     tests/test_runtime_lifetimes.py tests/test_runtime_device.py tests/test_vulkan_backend.py tests/test_reductions.py \
-    -q -rs -p no:cacheprovider > "$out/tests.log" 2>&1
+    tests/test_qmatvec_kernels.py -q -rs -p no:cacheprovider > "$out/tests.log" 2>&1
   tail -4 "$out/tests.log"
 fi

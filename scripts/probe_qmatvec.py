@@ -58,6 +58,8 @@ VARIANT_SYNTAX = "generic | auto | fast:LANES:ROWS[:TEAMS[:subgroup|tree]] | sta
 def parse_variant(spec: str) -> dict:
     if spec in ("generic", "auto"):
         return {"kernel": spec}
+    if spec.startswith("raw:"):  # Q4_0 only: the same loads as fast:/staged: without decoding
+        return dict(parse_variant(spec[4:]), raw=True)
     parts = spec.split(":")
     staged = parts[0] == "staged"
     longest = 6 if staged else 5
@@ -105,6 +107,49 @@ def time_variant(be, dtype, n_rows, n_cols, hws, hx, hy, repeats, loops):
             ns = (time.perf_counter() - t0) * 1e9  # no timestamps: wall clock (upper bound)
         samples.append(ns / issue_count)
     return statistics.median(samples), "+".join(sorted(timers))
+
+
+def raw_kernel(be, kernel):
+    """Make the policy hand out the load-only twin of ``kernel`` (until it is reconfigured)."""
+    from kbench.backend.kernels import Kernel
+
+    raw = Kernel(kernel.spv.replace(".sg.spv", ".raw.sg.spv"), kernel.spec, kernel.push)
+    pol = be._policy
+    pol._probe_saved = pol.qmatvec
+    pol.qmatvec = lambda *a, **k: raw
+    return raw
+
+
+def restore_kernel(be):
+    pol = be._policy
+    if hasattr(pol, "_probe_saved"):
+        pol.qmatvec = pol._probe_saved
+        del pol._probe_saved
+
+
+def copy_ns(be, hws, dst, nbytes, repeats, loops):
+    """GPU ns of one buffer copy of the weight bytes (same rotation as the kernels; it reads and
+    writes them): measured beside every variant, so a clock that drops mid-probe shows."""
+    def copies():
+        for _ in range(loops):
+            for hw in hws:
+                be.copy_buffer(hw, dst, nbytes)
+
+    copies()
+    return statistics.median(be.measure_gpu_ns(copies) or float("nan") for _ in range(repeats)) / (loops * len(hws))
+
+
+def floor_line(be, dtype, n_rows, n_cols, hws, hx, hy, repeats, loops):
+    """The automatic kernel over only 64 rows of each copy: the fixed cost of a dispatch plus
+    barrier and one row team's latency, with no bandwidth to speak of."""
+    def tiny():
+        for _ in range(loops):
+            for hw in hws:
+                be.quantized_matmul(hw, hx, hy, min(64, n_rows), n_cols, dtype)
+
+    tiny()
+    ns = statistics.median(be.measure_gpu_ns(tiny) or float("nan") for _ in range(repeats)) / (loops * len(hws))
+    print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} [auto, 64 rows only] {ns / 1e3:8.2f} us", flush=True)
 
 
 def read_output(be, hy, n):
@@ -162,6 +207,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--loops", type=int, default=None, help="passes over the copies per measurement")
     ap.add_argument("--copy-tbs", type=float, default=4.18, help="measured copy bandwidth, TB/s")
+    ap.add_argument("--floor", action=argparse.BooleanOptionalAction, default=None,
+                    help="also time a copy of the weight bytes and a 64-row dispatch (default: not with --small)")
     ap.add_argument("--warm-s", type=float, default=None, help="seconds of copies before timing, so "
                     "the GPU is at its boost clock (default 6; 0 with --small)")
     args = ap.parse_args(argv)
@@ -179,7 +226,7 @@ def main(argv=None) -> int:
     props = be.device_properties
     print(f"# device: {props['device_name']} ({props.get('driver_name')}, subgroup {props.get('subgroup_size')})")
     print(f"# auto policy picks per (dtype, shape) below; copy bandwidth for 'x copy': {args.copy_tbs} TB/s")
-    header = f"{'dtype':5} {'shape':>11} {'variant':22} {'spec':>15} {'us':>8} {'TB/s':>6} {'x copy':>6} {'NMSE':>9} timer"
+    header = f"{'dtype':5} {'shape':>11} {'variant':22} {'spec':>15} {'us':>8} {'TB/s':>6} {'x copy':>6} {'NMSE':>9} timer  copy us  /copy"
     warm_s = (0.0 if args.small else 6.0) if args.warm_s is None else args.warm_s
     if warm_s > 0:
         src, dst = be.allocate(256 << 20), be.allocate(256 << 20)
@@ -209,11 +256,20 @@ def main(argv=None) -> int:
                 hx = be.allocate(4 * n_cols)
                 be.copy_to_device(x.tobytes(), hx)
                 hy = be.allocate(4 * n_rows)
+                dst = be.allocate(nbytes)
+                if (not args.small) if args.floor is None else args.floor:
+                    floor_line(be, dtype, n_rows, n_cols, hws, hx, hy, repeats, loops)
                 for name, cfg in configs:
                     try:
-                        be._policy.configure_qmatvec(cfg)  # the knobs VulkanBackend(qmatvec=...) sets
+                        restore_kernel(be)
+                        be._policy.configure_qmatvec({k: v for k, v in cfg.items() if k != "raw"})
                         kernel = be._policy.qmatvec(dtype, n_cols, n_rows)
+                        if cfg.get("raw"):
+                            if dtype != DType.Q4_0 or not kernel.spv.endswith(".sg.spv"):
+                                continue
+                            kernel = raw_kernel(be, kernel)
                         be.copy_to_device(bytes(4 * n_rows), hy)
+                        copy_now = copy_ns(be, hws, dst, nbytes, repeats, loops)
                         ns, timer = time_variant(be, dtype, n_rows, n_cols, hws, hx, hy, repeats, loops)
                         err = nmse(read_output(be, hy, n_rows), ref)
                     except Exception as exc:  # a variant the device cannot run: report, go on
@@ -223,12 +279,13 @@ def main(argv=None) -> int:
                     spec = "x".join(str(v) for v in kernel.spec)
                     flag = "" if err <= 1e-8 else "  <-- WRONG"
                     print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} {name:22} {spec:>15} {ns / 1e3:8.2f} "
-                          f"{tbs:6.3f} {tbs / args.copy_tbs:6.2f} {err:9.2e} {timer}{flag}", flush=True)
+                          f"{tbs:6.3f} {tbs / args.copy_tbs:6.2f} {err:9.2e} {timer} {copy_now / 1e3:8.2f} {ns / copy_now:6.2f}{flag}", flush=True)
                     key = (dtype.name, n_rows, n_cols)
                     if err <= 1e-8 and (key not in best or ns < best[key][1]):
                         best[key] = (name, ns, tbs, spec)
+                restore_kernel(be)
                 be._policy.configure_qmatvec({})
-                for h in hws + [hx, hy]:
+                for h in hws + [hx, hy, dst]:
                     be.free(h)
                 be.synchronize()
     finally:

@@ -47,6 +47,8 @@
 // kbench: variant q6_k.tree QT_Q6_K
 // kbench: variant q4_0.staged.sg QT_Q4_0 STAGED USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_0.staged.tree QT_Q4_0 STAGED
+// kbench: variant q4_0.raw.sg QT_Q4_0 RAW_ONLY USE_SUBGROUP target=vulkan1.1
+// kbench: variant q4_0.staged.raw.sg QT_Q4_0 STAGED RAW_ONLY USE_SUBGROUP target=vulkan1.1
 // kbench: variant q8_0.staged.sg QT_Q8_0 STAGED USE_SUBGROUP target=vulkan1.1
 // kbench: variant q8_0.staged.tree QT_Q8_0 STAGED
 // kbench: variant q4_k.staged.sg QT_Q4_K STAGED USE_SUBGROUP target=vulkan1.1
@@ -146,7 +148,17 @@ uint rowoff[ROWS];
 
 // adds unit u of every row (u counts units from the start of the row) to acc
 void accumulate(uint u) {
-#if defined(QT_Q4_0)
+#if defined(RAW_ONLY)
+    // probe only (scripts/probe_qmatvec.py "raw:" specs): Q4_0's loads without its decoding, a
+    // wrong result whose time is what the memory side of the kernel costs
+    uint b = u >> 2;
+    uint k = u & 3u;
+    vec4 xa = x4[8u * b + k];
+    for (uint r = 0u; r < ROWS; ++r) {
+        uint blk = rowoff[r] + 18u * b;
+        acc[r] = fma(uintBitsToFloat((load4(blk + 2u + 4u * k) ^ WQ(blk >> 2)) & 0x3F7FFFFFu), xa.x, acc[r]);
+    }
+#elif defined(QT_Q4_0)
     uint b = u >> 2;
     uint k = u & 3u;
     vec4 xa = x4[8u * b + k];        // elements 4k .. 4k+3 (low nibbles)
