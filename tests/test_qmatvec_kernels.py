@@ -154,11 +154,17 @@ def test_policy_picks_the_fast_kernel_only_where_it_was_tuned():
     for dt in QMATVEC_DTYPES:
         k = gpu.qmatvec(dt, 4096, 14336)
         assert k.spv.startswith("qmatvec_fast." if dt in QMATVEC_FAST_DTYPES else "qmatvec."), (dt, k)
-    # 14336 short rows: one subgroup per row team; 4096 long rows: wider teams
+    # 14336 short rows: teams of 128 lanes; 4096 long rows: 256; one team per workgroup, unstaged
     k = gpu.qmatvec(DType.Q4_0, 4096, 14336)
-    assert k.spv == "qmatvec_fast.q4_0.sg.spv" and k.spec[1] == 32
+    assert k.spv == "qmatvec_fast.q4_0.sg.spv" and k.spec == (128, 128, 4), k
     assert KernelPolicy.qmatvec_rows(k) == (k.spec[0] // k.spec[1]) * k.spec[2]
-    assert gpu.qmatvec(DType.Q6_K, 14336, 4096).spec[1] == 128
+    assert gpu.qmatvec(DType.Q6_K, 14336, 4096).spec == (256, 256, 4)
+    # staged on request, where the rows are whole 16-byte chunks: chunk = spec[3] blocks
+    gpu.configure_qmatvec(staged=True)
+    k = gpu.qmatvec(DType.Q4_0, 4096, 14336)
+    assert k.spv == "qmatvec_fast.q4_0.staged.sg.spv" and (4 * k.spec[3] * 18) % 16 == 0, k
+    assert gpu.qmatvec(DType.Q4_0, 4096 + 32, 14336).spv == "qmatvec_fast.q4_0.sg.spv", "129 blocks: no chunk"
+    gpu.configure_qmatvec({})
     cpu = KernelPolicy(_props(device_type="cpu", subgroup_size=8))
     wave64 = KernelPolicy(_props(subgroup_size=64))
     nosg = KernelPolicy(_props(features={}))

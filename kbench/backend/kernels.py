@@ -498,10 +498,12 @@ class KernelPolicy:
         rows = int(cfg.get("rows") or 4)
         lanes = cfg.get("lanes")
         if lanes is None:
-            # about 128k invocations in all (short rows: one subgroup per team; the 4096 long
-            # rows of a 4096 x 14336 matrix: 128 lanes each), no more lanes than units
+            # about 512k invocations in all, one team per workgroup: the 14336 short rows of a
+            # 14336 x 4096 matrix get 128 lanes a team, the 4096 long rows of 4096 x 14336 get
+            # 256 (H200, GPU timestamps at full clock, 2026-12-03: the best or within 6% of the
+            # best of the probed shapes for Q4_0/Q8_0/Q4_K/Q6_K), no more lanes than units
             target = _ceil_div(n_rows, rows)
-            lanes = _pow2_floor(max(1, (128 << 10) // max(1, target)))
+            lanes = _pow2_floor(max(1, (512 << 10) // max(1, target)))
             lanes = max(32, min(256, lanes, _pow2_ceil(units)))
         limit = _pow2_floor(min(self.max_invocations, self.max_size[0]))
         lanes = min(int(lanes), limit)
