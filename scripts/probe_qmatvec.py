@@ -87,15 +87,16 @@ def make_weights(dtype: DType, n_rows: int, n_cols: int, rng, base_rows: int = 5
     return full, dequantize(base, dtype, (base_rows, n_cols)).astype(np.float64)
 
 
-def time_variant(be, dtype, n_rows, n_cols, hws, hx, hy, repeats, loops):
-    issue_count = loops * len(hws)
-
+def per_call_ns(be, call, hws, repeats, loops):
+    """Median ns of ``call(hw)`` over ``loops`` passes of the rotating weight copies ``hws``
+    (GPU timestamps; host wall clock, an upper bound, where the device has none), after one
+    untimed pass (pipeline creation, first touches); returns (ns, timer used)."""
     def issue():
         for _ in range(loops):
             for hw in hws:
-                be.quantized_matmul(hw, hx, hy, n_rows, n_cols, dtype)
+                call(hw)
 
-    issue()  # warm-up: pipeline creation, first touches
+    issue()
     samples, timers = [], set()
     for _ in range(repeats):
         ns = be.measure_gpu_ns(issue)
@@ -104,9 +105,13 @@ def time_variant(be, dtype, n_rows, n_cols, hws, hx, hy, repeats, loops):
             t0 = time.perf_counter()
             issue()
             be.synchronize()
-            ns = (time.perf_counter() - t0) * 1e9  # no timestamps: wall clock (upper bound)
-        samples.append(ns / issue_count)
+            ns = (time.perf_counter() - t0) * 1e9
+        samples.append(ns / (loops * len(hws)))
     return statistics.median(samples), "+".join(sorted(timers))
+
+
+def time_variant(be, dtype, n_rows, n_cols, hws, hx, hy, repeats, loops):
+    return per_call_ns(be, lambda hw: be.quantized_matmul(hw, hx, hy, n_rows, n_cols, dtype), hws, repeats, loops)
 
 
 def raw_kernel(be, kernel):
@@ -128,27 +133,16 @@ def restore_kernel(be):
 
 
 def copy_ns(be, hws, dst, nbytes, repeats, loops):
-    """GPU ns of one buffer copy of the weight bytes (same rotation as the kernels; it reads and
+    """ns of one buffer copy of the weight bytes (same rotation as the kernels; it reads and
     writes them): measured beside every variant, so a clock that drops mid-probe shows."""
-    def copies():
-        for _ in range(loops):
-            for hw in hws:
-                be.copy_buffer(hw, dst, nbytes)
-
-    copies()
-    return statistics.median(be.measure_gpu_ns(copies) or float("nan") for _ in range(repeats)) / (loops * len(hws))
+    return per_call_ns(be, lambda hw: be.copy_buffer(hw, dst, nbytes), hws, repeats, loops)[0]
 
 
 def floor_line(be, dtype, n_rows, n_cols, hws, hx, hy, repeats, loops):
     """The automatic kernel over only 64 rows of each copy: the fixed cost of a dispatch plus
     barrier and one row team's latency, with no bandwidth to speak of."""
-    def tiny():
-        for _ in range(loops):
-            for hw in hws:
-                be.quantized_matmul(hw, hx, hy, min(64, n_rows), n_cols, dtype)
-
-    tiny()
-    ns = statistics.median(be.measure_gpu_ns(tiny) or float("nan") for _ in range(repeats)) / (loops * len(hws))
+    rows = min(64, n_rows)
+    ns, _ = per_call_ns(be, lambda hw: be.quantized_matmul(hw, hx, hy, rows, n_cols, dtype), hws, repeats, loops)
     print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} [auto, 64 rows only] {ns / 1e3:8.2f} us", flush=True)
 
 

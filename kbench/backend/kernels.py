@@ -100,6 +100,11 @@ def _pow2_ceil(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
+def _qmatvec_reduce_bytes(wg: int, rows: int) -> int:
+    """Shared memory of qmatvec_fast.comp's reduction: red[wg * rows] floats and sg_bad[wg]."""
+    return wg * (4 * rows + 4)
+
+
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -441,8 +446,9 @@ class KernelPolicy:
         power of two), ``rows`` (rows per team), ``teams`` (teams per workgroup) and
         ``reduce`` ("subgroup" or "tree"; default: subgroup where the device has subgroup
         arithmetic), ``staged`` (True: stage weights through shared memory where the shape
-        allows it, see :meth:`qmatvec_chunk`; default QMATVEC_STAGED), ``chunk`` (blocks per row and staged chunk) and ``tile_kib``
-        (the staged tile's size limit when ``chunk`` is not given)."""
+        allows it, see :meth:`qmatvec_chunk`; default QMATVEC_STAGED), ``chunk`` (blocks per
+        row and staged chunk) and ``tile_kib`` (the staged tile's size limit when ``chunk`` is
+        not given)."""
         cfg = dict(config or {}, **knobs)
         unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib"}
         if unknown:
@@ -512,11 +518,10 @@ class KernelPolicy:
             teams = max(1, 128 // lanes)
         teams = max(1, min(int(teams), limit // lanes))
         wg = lanes * teams
-        # shared memory: red[wg * rows] floats (+ wg uints for the subgroup check)
-        while wg * (4 * rows + 4) > self.max_shared and teams > 1:
+        while _qmatvec_reduce_bytes(wg, rows) > self.max_shared and teams > 1:
             teams //= 2
             wg = lanes * teams
-        while wg * (4 * rows + 4) > self.max_shared and rows > 1:
+        while _qmatvec_reduce_bytes(wg, rows) > self.max_shared and rows > 1:
             rows //= 2
         reduce = cfg.get("reduce") or ("subgroup" if self.use_subgroups else "tree")
         variant = "sg" if reduce == "subgroup" else "tree"
@@ -545,7 +550,7 @@ class KernelPolicy:
         step = 16 // math.gcd(bb, 16)  # blocks per 16-byte-aligned chunk
 
         def fits(cb: int) -> bool:
-            shared = group_rows * cb * bb + wg * (4 * rows + 4)
+            shared = group_rows * cb * bb + _qmatvec_reduce_bytes(wg, rows)
             return nb % cb == 0 and cb % step == 0 and shared <= self.max_shared
 
         if n_cols % be or nb == 0:

@@ -100,7 +100,7 @@ def _shared_default() -> bool:
 class Instance:
     """A VkInstance, optionally with the Khronos validation layer and a debug messenger.
 
-    Managers take the process's shared instance (:meth:`shared`) rather than one each: the
+    Managers take the process's shared instance (:meth:`acquire`) rather than one each: the
     NVIDIA driver (580 on an H200) fails every vkCreateInstance of a process with
     VK_ERROR_INCOMPATIBLE_DRIVER after about 30 create/destroy cycles, and other users of that
     driver report corrupted subgroup invocation ids after about 11 (scripts/probe_lifetimes.py
