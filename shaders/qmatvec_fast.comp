@@ -37,6 +37,16 @@
 // ones, which is what a matrix-vector product needs to approach DRAM bandwidth.  The decoding
 // below is the same code: its byte offsets point into the chunk instead of the buffer.
 //
+// Integer-dot variants (*.dot.sg, *.dot.tree): binding 1 is not x but x quantized by
+// qmatvec_xq.comp to 16 bits per element in blocks of 32 (q = round(x / s), |q| <= 32639,
+// s = max|x| / 32639 per block), each q split into signed bytes q = 256 * hi + lo.  The weights'
+// integer fields meet both halves in 4-wide integer dot products (SPV_KHR_integer_dot_product,
+// declared through GL_EXT_spirv_intrinsics because this glslang has no GLSL built-ins for it),
+// so a unit costs a few dot instructions instead of a float conversion and an fma per element.
+// The per-block integer sums stay below 2^24 (Q8_0: 2^26, rounded once), so the only error
+// beside fp32 rounding is the quantization of x: NMSE about 2e-10 for uniform x (1e-9 with
+// heavy tails) against the float64 oracle, under the case tolerance of 1e-8.
+//
 // kbench: variant q4_0.sg QT_Q4_0 USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_0.tree QT_Q4_0
 // kbench: variant q8_0.sg QT_Q8_0 USE_SUBGROUP target=vulkan1.1
@@ -45,6 +55,15 @@
 // kbench: variant q4_k.tree QT_Q4_K
 // kbench: variant q6_k.sg QT_Q6_K USE_SUBGROUP target=vulkan1.1
 // kbench: variant q6_k.tree QT_Q6_K
+// kbench: variant q4_0.dot.sg QT_Q4_0 DOT USE_SUBGROUP target=vulkan1.1
+// kbench: variant q4_0.dot.tree QT_Q4_0 DOT target=vulkan1.1
+// kbench: variant q8_0.dot.sg QT_Q8_0 DOT USE_SUBGROUP target=vulkan1.1
+// kbench: variant q8_0.dot.tree QT_Q8_0 DOT target=vulkan1.1
+// kbench: variant q4_k.dot.sg QT_Q4_K DOT USE_SUBGROUP target=vulkan1.1
+// kbench: variant q4_k.dot.tree QT_Q4_K DOT target=vulkan1.1
+// kbench: variant q6_k.dot.sg QT_Q6_K DOT USE_SUBGROUP target=vulkan1.1
+// kbench: variant q6_k.dot.tree QT_Q6_K DOT target=vulkan1.1
+// kbench: variant q4_0.stream.raw.sg QT_Q4_0 RAW_ONLY STREAM_ONLY USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_0.staged.sg QT_Q4_0 STAGED USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_0.staged.tree QT_Q4_0 STAGED
 // kbench: variant q4_0.raw.sg QT_Q4_0 RAW_ONLY USE_SUBGROUP target=vulkan1.1
@@ -59,6 +78,15 @@
 #if defined(USE_SUBGROUP)
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
+#if defined(DOT)
+#extension GL_EXT_spirv_intrinsics : require
+// OpSDotKHR / OpSUDotKHR on 4 packed bytes (last operand: PackedVectorFormat4x8Bit = 0);
+// sudot's first operand is signed, its second unsigned
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
+int sdot(uint a, uint b, spirv_literal int fmt);
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4452)
+int sudot(uint a, uint b, spirv_literal int fmt);
 #endif
 
 layout(local_size_x_id = 0) in;
@@ -91,8 +119,18 @@ layout(std430, binding = 0) readonly buffer Weights { uint wq[]; };
 layout(std430, binding = 0) readonly buffer Weights4 { uvec4 wq4[]; };
 #define WQ4(i) wq4[i]
 #endif
+#if defined(STREAM_ONLY)
+layout(std430, binding = 0) readonly buffer WeightsS { uvec4 ws4[]; };
 #endif
+#endif
+#if defined(DOT)
+// quantized x (qmatvec_xq.comp): lo bytes at word 0, hi bytes at word XHI = 8 * blocks of 32,
+// the block scales (float bits) at word XSC = 16 * blocks
+layout(std430, binding = 1) readonly buffer InputQ { uint xw[]; };
+layout(std430, binding = 1) readonly buffer InputQ4 { uvec4 xw4[]; };
+#else
 layout(std430, binding = 1) readonly buffer Input { vec4 x4[]; };
+#endif
 layout(std430, binding = 2) writeonly buffer Output { float y[]; };
 
 layout(push_constant) uniform Push {
@@ -145,6 +183,10 @@ const uint UNIT_SHIFT = 5u;   // 32 elements per unit
 // decoding adds a block's offset to (buffer offsets, or in a staged chunk modulo 2^32)
 float acc[ROWS];
 uint rowoff[ROWS];
+#if defined(DOT)
+uint XHI, XSC;  // word offsets of x's high bytes and scales (set by main from n_cols)
+const uint ONES = 0x01010101u;
+#endif
 
 // adds unit u of every row (u counts units from the start of the row) to acc
 void accumulate(uint u) {
@@ -158,6 +200,138 @@ void accumulate(uint u) {
         uint blk = rowoff[r] + 18u * b;
         acc[r] = fma(uintBitsToFloat((load4(blk + 2u + 4u * k) ^ WQ(blk >> 2)) & 0x3F7FFFFFu), xa.x, acc[r]);
     }
+#elif defined(DOT) && defined(QT_Q4_0)
+    uint b = u >> 2;
+    uint k = u & 3u;
+    uint l0 = xw[8u * b + k], l1 = xw[8u * b + 4u + k];              // elements 4k.., 16+4k..
+    uint h0 = xw[XHI + 8u * b + k], h1 = xw[XHI + 8u * b + 4u + k];
+    float sx = uintBitsToFloat(xw[XSC + b]);
+    // nibble v is the weight + 8: sum (v - 8) q = sum v q - 8 sum q
+    int qsum = 256 * (sdot(h0, ONES, 0) + sdot(h1, ONES, 0)) + sdot(l0, ONES, 0) + sdot(l1, ONES, 0);
+    for (uint r = 0u; r < ROWS; ++r) {
+        uint blk = rowoff[r] + 18u * b;
+        uint q = load4(blk + 2u + 4u * k);
+        float d = load_half(blk);
+        uint lo = q & 0x0F0F0F0Fu;
+        uint hi = (q >> 4) & 0x0F0F0F0Fu;
+        int t = 256 * (sudot(h0, lo, 0) + sudot(h1, hi, 0)) + (sudot(l0, lo, 0) + sudot(l1, hi, 0)) - 8 * qsum;
+        acc[r] = fma(d * sx, float(t), acc[r]);
+    }
+
+#elif defined(DOT) && defined(QT_Q8_0)
+    uint b = u >> 2;
+    uint k = u & 3u;
+    uint wl = 8u * b + 2u * k;  // elements 8k .. 8k+7
+    uint l0 = xw[wl], l1 = xw[wl + 1u];
+    uint h0 = xw[XHI + wl], h1 = xw[XHI + wl + 1u];
+    float sx = uintBitsToFloat(xw[XSC + b]);
+    for (uint r = 0u; r < ROWS; ++r) {
+        uint blk = rowoff[r] + 34u * b;
+        uvec2 q = load8(blk + 2u + 8u * k);
+        float d = load_half(blk);
+        int t = 256 * (sdot(h0, q.x, 0) + sdot(h1, q.y, 0)) + (sdot(l0, q.x, 0) + sdot(l1, q.y, 0));
+        acc[r] = fma(d * sx, float(t), acc[r]);
+    }
+
+#elif defined(DOT) && defined(QT_Q4_K)
+    // unit i of block b as in the float variant: low nibbles = 16 elements of sub-block 2g,
+    // high nibbles = 16 of sub-block 2g+1; x words are numbered like x's vec4s
+    uint b = u >> 3;
+    uint i = u & 7u;
+    uint g = i >> 1;
+    uint xbase = 64u * b + 16u * g + 4u * (i & 1u);
+    uvec4 L0 = xw4[xbase >> 2], L1 = xw4[(xbase + 8u) >> 2];
+    uvec4 H0 = xw4[(XHI + xbase) >> 2], H1 = xw4[(XHI + xbase + 8u) >> 2];
+    float sx0 = uintBitsToFloat(xw[XSC + 8u * b + 2u * g]);
+    float sx1 = uintBitsToFloat(xw[XSC + 8u * b + 2u * g + 1u]);
+    int s0 = 0, s1 = 0;
+    for (uint w = 0u; w < 4u; ++w) {
+        s0 += 256 * sdot(H0[w], ONES, 0) + sdot(L0[w], ONES, 0);
+        s1 += 256 * sdot(H1[w], ONES, 0) + sdot(L1[w], ONES, 0);
+    }
+    float xsum0 = sx0 * float(s0), xsum1 = sx1 * float(s1);  // sums of (quantized) x
+    uint sh = 16u * (g & 1u);
+    bool upper = g >= 2u;
+    for (uint r = 0u; r < ROWS; ++r) {
+        uint blk4 = (rowoff[r] + 144u * b) >> 4;
+        uvec4 hd = WQ4(blk4);
+        uvec4 q = WQ4(blk4 + 1u + i);
+        uint sa = hd.y >> sh;
+        uint sb = hd.z >> sh;
+        uint sc = hd.w >> sh;
+        uint sc0 = upper ? (sc & 0xFu) | ((sa >> 2) & 0x30u) : sa & 63u;
+        uint mn0 = upper ? ((sc >> 4) & 0xFu) | ((sb >> 2) & 0x30u) : sb & 63u;
+        uint sc1 = upper ? ((sc >> 8) & 0xFu) | ((sa >> 10) & 0x30u) : (sa >> 8) & 63u;
+        uint mn1 = upper ? ((sc >> 12) & 0xFu) | ((sb >> 10) & 0x30u) : (sb >> 8) & 63u;
+        int hi0 = 0, lo0 = 0, hi1 = 0, lo1 = 0;
+        for (uint w = 0u; w < 4u; ++w) {
+            uint n0 = q[w] & 0x0F0F0F0Fu;
+            uint n1 = (q[w] >> 4) & 0x0F0F0F0Fu;
+            hi0 += sudot(H0[w], n0, 0);
+            lo0 += sudot(L0[w], n0, 0);
+            hi1 += sudot(H1[w], n1, 0);
+            lo1 += sudot(L1[w], n1, 0);
+        }
+        vec2 dm = unpackHalf2x16(hd.x);
+        float fs0 = mag(sc0) - TWO23, fs1 = mag(sc1) - TWO23;
+        float fm0 = mag(mn0) - TWO23, fm1 = mag(mn1) - TWO23;
+        float dot0 = sx0 * float(256 * hi0 + lo0), dot1 = sx1 * float(256 * hi1 + lo1);
+        acc[r] += dm.x * fma(fs0, dot0, fs1 * dot1) - dm.y * fma(fm0, xsum0, fm1 * xsum1);
+    }
+
+#elif defined(DOT) && defined(QT_Q6_K)
+    // unit (b, n, t) as in the float variant; part k's 8 elements lie in x block 8b + 4n + k
+    uint b = u >> 3;
+    uint n = (u >> 2) & 1u;
+    uint t = u & 3u;
+    uint xbase = 64u * b + 32u * n + 2u * t;
+    uint xl[8], xh[8];  // [2k + w]: part k, elements l = 8t + 4w ..
+    float sxk[4];
+    int qs[4];
+    for (uint kk = 0u; kk < 4u; ++kk) {
+        for (uint w = 0u; w < 2u; ++w) {
+            xl[2u * kk + w] = xw[xbase + 8u * kk + w];
+            xh[2u * kk + w] = xw[XHI + xbase + 8u * kk + w];
+        }
+        sxk[kk] = uintBitsToFloat(xw[XSC + 8u * b + 4u * n + kk]);
+        qs[kk] = 256 * (sdot(xh[2u * kk], ONES, 0) + sdot(xh[2u * kk + 1u], ONES, 0))
+               + (sdot(xl[2u * kk], ONES, 0) + sdot(xl[2u * kk + 1u], ONES, 0));
+    }
+    const float CS = TWO23 + 128.0;
+    uint ssh = 8u * (t >> 1);
+    for (uint r = 0u; r < ROWS; ++r) {
+        uint blk = rowoff[r] + 210u * b;
+        uvec2 qa = load8(blk + 64u * n + 8u * t);
+        uvec2 qb = load8(blk + 64u * n + 32u + 8u * t);
+        uvec2 qh = load8(blk + 128u + 32u * n + 8u * t);
+        uvec2 sw = (load8(blk + 192u + 8u * n) >> ssh) ^ uvec2(0x00800080u);
+        float d = load_half(blk + 208u);
+        int hi[4] = int[4](0, 0, 0, 0);
+        int lo[4] = int[4](0, 0, 0, 0);
+        for (uint w = 0u; w < 2u; ++w) {
+            uint A = qa[w], B = qb[w], H = qh[w];
+            uint v[4];  // the 6-bit values v = weight + 32 of part k, l = 8t + 4w ..
+            v[0] = (A & 0x0F0F0F0Fu) | ((H << 4) & 0x30303030u);
+            v[1] = (B & 0x0F0F0F0Fu) | ((H << 2) & 0x30303030u);
+            v[2] = ((A >> 4) & 0x0F0F0F0Fu) | (H & 0x30303030u);
+            v[3] = ((B >> 4) & 0x0F0F0F0Fu) | ((H >> 2) & 0x30303030u);
+            for (uint kk = 0u; kk < 4u; ++kk) {
+                hi[kk] += sudot(xh[2u * kk + w], v[kk], 0);
+                lo[kk] += sudot(xl[2u * kk + w], v[kk], 0);
+            }
+        }
+        float f[4];
+        for (uint kk = 0u; kk < 4u; ++kk) {
+            f[kk] = sxk[kk] * float(256 * hi[kk] + lo[kk] - 32 * qs[kk]);
+        }
+        float s0 = mag(sw.x & 0xFFu) - CS;
+        float s1 = mag((sw.x >> 16) & 0xFFu) - CS;
+        float s2 = mag(sw.y & 0xFFu) - CS;
+        float s3 = mag((sw.y >> 16) & 0xFFu) - CS;
+        float part = fma(s3, f[3], fma(s2, f[2], fma(s1, f[1], s0 * f[0])));
+        acc[r] = fma(d, part, acc[r]);
+    }
+
 #elif defined(QT_Q4_0)
     uint b = u >> 2;
     uint k = u & 3u;
@@ -318,6 +492,10 @@ void main() {
     for (uint r = 0u; r < ROWS; ++r) {
         acc[r] = 0.0;
     }
+#if defined(DOT)
+    XHI = 8u * (pc.n_cols >> 5);
+    XSC = 16u * (pc.n_cols >> 5);
+#endif
 
 #if defined(STAGED)
     // every invocation stages (and reaches every barrier), whether or not its rows exist
@@ -363,10 +541,22 @@ void main() {
         rowoff[r] = min(row0 + r, pc.n_rows - 1u) * pc.row_bytes;
     }
     if (row0 < pc.n_rows) {
+#if defined(STREAM_ONLY)
+        // probe only: the rows' bytes as consecutive 16-byte loads across the team, no decoding
+        // (rows of a multiple of 16 bytes): the read floor of this grid
+        uint row16 = pc.row_bytes >> 4;
+        for (uint i = lane; i < row16; i += LANES) {
+            for (uint r = 0u; r < ROWS; ++r) {
+                uvec4 w = ws4[(rowoff[r] >> 4) + i];
+                acc[r] += uintBitsToFloat(((w.x ^ w.y) ^ (w.z ^ w.w)) & 0x3F7FFFFFu);
+            }
+        }
+#else
         uint units = pc.n_cols >> UNIT_SHIFT;
         for (uint u = lane; u < units; u += LANES) {
             accumulate(u);
         }
+#endif
     }
 #endif
 

@@ -38,6 +38,7 @@ PUSH_ATTN_VALUE = _push(("head_dim", "u"), ("seq_len", "u"), ("kv_off", "u"), ("
                         ("chunk", "u"), ("dst_off", "u"), ("dst_chunk_stride", "u"))
 PUSH_ATTN_COMBINE = _push(("head_dim", "u"), ("n_chunks", "u"), ("out_off", "u"))
 PUSH_QMATVEC = _push(("n_rows", "u"), ("n_cols", "u"), ("row_bytes", "u"))
+PUSH_QMATVEC_XQ = _push(("n_cols", "u"))
 PUSH_COPY = _push(("src_off", "u"), ("dst_off", "u"), ("count", "u"))
 
 #: quantized_matmul weight formats with a Vulkan kernel (qmatvec.<name>.*.spv)
@@ -189,6 +190,7 @@ class KernelPolicy:
                 f"use_subgroups=True but {props.get('device_name')} lacks subgroup arithmetic in compute "
                 "shaders (or Vulkan 1.1)", "subgroup arithmetic operations")
         self.use_subgroups = has_subgroups if use_subgroups is None else bool(use_subgroups)
+        self.has_int_dot = bool(feats.get("integer_dot_product"))
         # the default 1-D workgroup: 256 invocations where allowed (Vulkan guarantees 128)
         self.wg = _pow2_floor(min(256, self.max_invocations, self.max_size[0]))
         self.single_group_limit = int(single_group_limit)
@@ -447,10 +449,12 @@ class KernelPolicy:
         ``reduce`` ("subgroup" or "tree"; default: subgroup where the device has subgroup
         arithmetic), ``staged`` (True: stage weights through shared memory where the shape
         allows it, see :meth:`qmatvec_chunk`; default QMATVEC_STAGED), ``chunk`` (blocks per
-        row and staged chunk) and ``tile_kib`` (the staged tile's size limit when ``chunk`` is
-        not given)."""
+        row and staged chunk), ``tile_kib`` (the staged tile's size limit when ``chunk`` is
+        not given) and ``dot`` (True: the integer-dot variant on x quantized to 16 bits per
+        element, see shaders/qmatvec_xq.comp; False: exact fp32 decoding; default: QMATVEC_DOT
+        where the device has shaderIntegerDotProduct)."""
         cfg = dict(config or {}, **knobs)
-        unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib"}
+        unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot"}
         if unknown:
             raise ValueError(f"qmatvec config: unknown keys {sorted(unknown)}")
         if cfg.get("kernel", "auto") not in ("auto", "fast", "generic"):
@@ -461,6 +465,12 @@ class KernelPolicy:
             raise ValueError("qmatvec config: reduce='subgroup' needs subgroup arithmetic")
         if cfg.get("staged") is not None and not isinstance(cfg["staged"], bool):
             raise ValueError(f"qmatvec config: staged must be True or False, got {cfg['staged']!r}")
+        if cfg.get("dot") is not None and not isinstance(cfg["dot"], bool):
+            raise ValueError(f"qmatvec config: dot must be True or False, got {cfg['dot']!r}")
+        if cfg.get("dot") and not self.has_int_dot:
+            raise ValueError("qmatvec config: dot=True needs shaderIntegerDotProduct, which this device lacks")
+        if cfg.get("dot") and cfg.get("staged"):
+            raise ValueError("qmatvec config: the staged kernels have no integer-dot variant (dot and staged)")
         for key in ("lanes", "rows", "teams", "chunk", "tile_kib"):
             v = cfg.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
@@ -525,6 +535,11 @@ class KernelPolicy:
             rows //= 2
         reduce = cfg.get("reduce") or ("subgroup" if self.use_subgroups else "tree")
         variant = "sg" if reduce == "subgroup" else "tree"
+        dot = cfg.get("dot")
+        if dot is None:
+            dot = self.QMATVEC_DOT and self.has_int_dot and not cfg.get("staged")
+        if dot:
+            return Kernel(f"qmatvec_fast.{name}.dot.{variant}.spv", (wg, lanes, rows), PUSH_QMATVEC)
         chunk = None
         if cfg.get("staged", self.QMATVEC_STAGED):
             chunk = self.qmatvec_chunk(dtype, n_cols, teams * rows, wg, rows, cfg.get("chunk"),
@@ -535,6 +550,23 @@ class KernelPolicy:
 
     #: whether the automatic choice stages weights through shared memory where it can
     QMATVEC_STAGED = False
+    #: whether the automatic choice of the fast kernel takes its integer-dot variant (where the
+    #: device has shaderIntegerDotProduct)
+    QMATVEC_DOT = True
+
+    @staticmethod
+    def qmatvec_uses_xq(kernel: Kernel) -> bool:
+        """Whether ``kernel`` reads x quantized by :meth:`qmatvec_xq` instead of x."""
+        return ".dot." in kernel.spv
+
+    @staticmethod
+    def qmatvec_xq_bytes(n_cols: int) -> int:
+        """Bytes of quantized x (shaders/qmatvec_xq.comp): 2 bytes per element, 4 per 32."""
+        return 17 * 4 * (n_cols // 32)
+
+    def qmatvec_xq(self) -> Kernel:
+        """The kernel that quantizes x for the integer-dot variants (one invocation per 4 elements)."""
+        return Kernel("qmatvec_xq.spv", (self.wg,), PUSH_QMATVEC_XQ)
     #: KiB of weights one workgroup of a staged qmatvec_fast kernel holds in shared memory
     QMATVEC_TILE_KIB = 16
 

@@ -311,7 +311,13 @@ class VulkanBackend(ComputeBackend):
         if n_rows * rb > 0xFFFFFFFF:
             raise ValueError(f"quantized_matmul: {n_rows} rows of {rb} bytes exceed the kernel's 4 GiB byte offsets")
         grid = self._policy.grid_1d(_ceil_div(n_rows, rows))
-        self._dispatch(kernel, (weights.id, input.id, output.id), grid, kernel.push_record(n_rows, n_cols, rb))
+        x = input.id
+        if KernelPolicy.qmatvec_uses_xq(kernel):
+            xq_kernel = self._policy.qmatvec_xq()
+            x = self._scratch(KernelPolicy.qmatvec_xq_bytes(n_cols), "qmatvec_x")
+            self._dispatch(xq_kernel, (input.id, x), self._policy.grid_1d(_ceil_div(n_cols // 4, xq_kernel.spec[0])),
+                           xq_kernel.push_record(n_cols))
+        self._dispatch(kernel, (weights.id, x, output.id), grid, kernel.push_record(n_rows, n_cols, rb))
 
     # -- internal buffers ---------------------------------------------------------------------------
     def _tensor(self, key: int) -> Any:
