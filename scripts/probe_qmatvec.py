@@ -16,9 +16,12 @@ CUDA events).
     python3 scripts/probe_qmatvec.py --variants generic auto fast:32:4:4 fast:128:2:1:tree
 
 A variant spec is generic | auto | fast:LANES:ROWS[:TEAMS[:subgroup|tree]] (one pass over
-the row, narrow loads) | staged:LANES:ROWS:TEAMS[:CHUNK|TILEk[:subgroup|tree]] (16-byte loads
+the row, narrow loads, exact fp32 decoding) | dot:LANES:ROWS[:TEAMS[:subgroup|tree]] (the same
+on x quantized to 16 bits, integer dot products) | staged:LANES:ROWS:TEAMS[:CHUNK|TILEk[:subgroup|tree]] (16-byte loads
 staged through shared memory, CHUNK blocks per row at a time, or the largest chunk whose tile is
-at most TILE KiB; default: the policy's chunk).
+at most TILE KiB; default: the policy's chunk).  raw:<spec> (Q4_0) is the load-only twin of a
+fast/staged spec, raw:stream:LANES:ROWS[:TEAMS] reads the same rows with 16-byte loads and
+nothing else: the read floor of that grid.
 """
 
 from __future__ import annotations
@@ -41,31 +44,33 @@ SHAPES = [(14336, 4096), (4096, 14336)]
 SMALL_SHAPES = [(96, 512), (32, 1536)]
 L2_BYTES = 50 << 20
 DEFAULT_VARIANTS = (
-    ["generic", "auto", "fast:32:2:8", "fast:32:4:4", "fast:64:2:1", "fast:64:4:1", "fast:128:4:1",
-     "fast:128:4:2", "fast:256:2:1", "fast:256:4:1"]
-    + [f"staged:32:{r}:{t}" for r in (1, 2, 4, 8) for t in (4, 8)]
-    + [f"staged:{lanes}:{r}:{t}" for lanes in (64, 128) for r in (1, 2, 4) for t in (1, 2, 4)]
-    + ["staged:256:1:1", "staged:256:2:1", "staged:256:4:1"]
-    + [f"staged:{v}:{k}k" for v in ("32:4:4", "64:2:4", "128:2:2") for k in (4, 8, 32)]
+    ["auto", "fast:64:2:1", "fast:128:4:1", "fast:256:2:1"]
+    + ["dot:32:4:4", "dot:32:8:4", "dot:64:2:1", "dot:64:4:1", "dot:128:2:1", "dot:128:4:1", "dot:128:8:1",
+       "dot:256:2:1", "dot:256:4:1", "dot:512:2:1"]
+    + ["raw:fast:128:4:1", "raw:stream:32:4:4", "raw:stream:64:4:1", "raw:stream:128:4:1", "raw:stream:256:2:1"]
 )
-SMALL_VARIANTS = ["generic", "auto", "fast:8:2:4", "fast:32:4:4", "fast:16:1:2:tree",
+SMALL_VARIANTS = ["generic", "auto", "fast:8:2:4", "fast:32:4:4", "fast:16:1:2:tree", "dot:8:2:4", "dot:16:4:2:tree",
                   "staged:8:2:4", "staged:32:2:2:8", "staged:16:4:2:8:tree"]
 
 
-VARIANT_SYNTAX = "generic | auto | fast:LANES:ROWS[:TEAMS[:subgroup|tree]] | staged:LANES:ROWS:TEAMS[:CHUNK|TILEk[:subgroup|tree]]"
+VARIANT_SYNTAX = ("generic | auto | fast:LANES:ROWS[:TEAMS[:subgroup|tree]] | dot:LANES:ROWS[:TEAMS[:subgroup|tree]] | "
+                  "staged:LANES:ROWS:TEAMS[:CHUNK|TILEk[:subgroup|tree]] | raw:<fast or staged spec> | raw:stream:LANES:ROWS[:TEAMS]")
 
 
 def parse_variant(spec: str) -> dict:
     if spec in ("generic", "auto"):
         return {"kernel": spec}
+    if spec.startswith("raw:stream:"):  # Q4_0 only: 16-byte loads of the rows, nothing else
+        return dict(parse_variant("fast:" + spec[len("raw:stream:"):]), raw="stream")
     if spec.startswith("raw:"):  # Q4_0 only: the same loads as fast:/staged: without decoding
-        return dict(parse_variant(spec[4:]), raw=True)
+        return dict(parse_variant(spec[4:]), raw="loads")
     parts = spec.split(":")
     staged = parts[0] == "staged"
     longest = 6 if staged else 5
-    if parts[0] not in ("fast", "staged") or not (4 if staged else 3) <= len(parts) <= longest:
+    if parts[0] not in ("fast", "dot", "staged") or not (4 if staged else 3) <= len(parts) <= longest:
         raise SystemExit(f"bad variant {spec!r}: {VARIANT_SYNTAX}")
-    cfg = {"kernel": "fast", "lanes": int(parts[1]), "rows": int(parts[2]), "staged": staged}
+    cfg = {"kernel": "fast", "lanes": int(parts[1]), "rows": int(parts[2]), "staged": staged,
+           "dot": parts[0] == "dot"}
     if len(parts) >= 4:
         cfg["teams"] = int(parts[3])
     if staged and len(parts) >= 5 and parts[4]:  # blocks per chunk, or a tile limit as 8k, 32k
@@ -114,11 +119,13 @@ def time_variant(be, dtype, n_rows, n_cols, hws, hx, hy, repeats, loops):
     return per_call_ns(be, lambda hw: be.quantized_matmul(hw, hx, hy, n_rows, n_cols, dtype), hws, repeats, loops)
 
 
-def raw_kernel(be, kernel):
-    """Make the policy hand out the load-only twin of ``kernel`` (until it is reconfigured)."""
+def raw_kernel(be, kernel, kind="loads"):
+    """Make the policy hand out the load-only twin of ``kernel`` (``kind`` "loads": its own
+    loads; "stream": 16-byte loads of the same rows by the same grid) until reconfigured."""
     from kbench.backend.kernels import Kernel
 
-    raw = Kernel(kernel.spv.replace(".sg.spv", ".raw.sg.spv"), kernel.spec, kernel.push)
+    suffix = ".stream.raw.sg.spv" if kind == "stream" else ".raw.sg.spv"
+    raw = Kernel(kernel.spv.replace(".sg.spv", suffix), kernel.spec, kernel.push)
     pol = be._policy
     pol._probe_saved = pol.qmatvec
     pol.qmatvec = lambda *a, **k: raw
@@ -268,7 +275,7 @@ def main(argv=None) -> int:
                         if cfg.get("raw"):
                             if dtype != DType.Q4_0 or not kernel.spv.endswith(".sg.spv"):
                                 continue
-                            kernel = raw_kernel(be, kernel)
+                            kernel = raw_kernel(be, kernel, cfg["raw"])
                         be.copy_to_device(bytes(4 * n_rows), hy)
                         copy_now = copy_ns(be, hws, dst, nbytes, repeats, loops)
                         ns, timer = time_variant(be, dtype, n_rows, n_cols, hws, hx, hy, repeats, loops)

@@ -4,8 +4,9 @@
 // q = 256 * hi + lo with lo in [-128, 127] (so hi stays in [-127, 127]).  Output words, with
 // B = n_cols / 32 blocks: lo bytes of elements 4j .. 4j+3 at word j, hi bytes at 8B + j,
 // the scale of block b (float bits) at 16B + b.  An all-zero block gets s = 0 and q = 0.
-// One invocation per 4 elements; the 8 invocations of a block share its maximum through
-// shared memory (workgroup size a multiple of 8).
+// A block holding a NaN or an infinity gets s = NaN, so the rows it meets come out NaN rather
+// than silently finite.  One invocation per 4 elements; the 8 invocations of a block share its
+// maximum through shared memory (workgroup size a multiple of 8).
 
 layout(local_size_x_id = 0) in;
 
@@ -32,17 +33,21 @@ void main() {
     uint n4 = pc.n_cols >> 2;
     vec4 v = i < n4 ? x4[i] : vec4(0.0);
     vec4 a = abs(v);
-    amax[lid] = max(max(a.x, a.y), max(a.z, a.w));
+    bool bad = any(isnan(v)) || any(isinf(v));
+    amax[lid] = bad ? uintBitsToFloat(0x7F800000u) : max(max(a.x, a.y), max(a.z, a.w));  // +inf marks it
     barrier();
     uint first = lid & ~7u;
     float m = 0.0;
+    bool finite = true;
     for (uint j = 0u; j < 8u; ++j) {
-        m = max(m, amax[first + j]);
+        float e = amax[first + j];
+        finite = finite && !isinf(e);
+        m = max(m, e);
     }
     if (i >= n4) {
         return;  // after the only barrier
     }
-    float inv = m > 0.0 ? QMAX / m : 0.0;
+    float inv = finite && m > 0.0 ? QMAX / m : 0.0;
     ivec4 q = clamp(ivec4(roundEven(v * inv)), ivec4(-32639), ivec4(32639));
     ivec4 lo = ((q + 128) & 255) - 128;
     ivec4 hi = (q - lo) >> 8;
@@ -50,6 +55,6 @@ void main() {
     xw[i] = pack_bytes(lo);
     xw[8u * blocks + i] = pack_bytes(hi);
     if ((i & 7u) == 0u) {
-        xw[16u * blocks + (i >> 3)] = floatBitsToUint(m / QMAX);
+        xw[16u * blocks + (i >> 3)] = finite ? floatBitsToUint(m / QMAX) : 0x7FC00000u;
     }
 }

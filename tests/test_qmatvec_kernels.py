@@ -9,6 +9,9 @@ length is not a multiple of 16 (and odd block counts, whose blocks alternate 2-b
 Its staged variants (16-byte loads through shared memory) run where rows are a multiple of 16
 bytes and a whole number of chunks; each staged config must run at least one shape staged with
 several chunks per row.
+Its integer-dot variants (x quantized to 16 bits per element by qmatvec_xq.comp, on devices with
+shaderIntegerDotProduct, which lavapipe has) run with the same team shapes; their NMSE (about
+2e-10) is held to the same limit.  The fp32 configs ask for dot=False explicitly.
 The generic qmatvec.comp covers every dtype in QMATVEC_DTYPES (subgroup and shared variants).
 Reference: kbench.quant.dequantize in float64; NMSE <= 1e-8.
 """
@@ -35,12 +38,21 @@ GUARD = 16  # float32 guard elements after the output
 CONFIGS = {
     "auto": ({}, "auto"),
     "generic-shared": ({"use_subgroups": False, "qmatvec": {"kernel": "generic"}}, "generic"),
-    "fast-sg-l8r2": ({"qmatvec": {"kernel": "fast", "lanes": 8, "rows": 2, "reduce": "subgroup"}}, "fast"),
-    "fast-sg-l32r4": ({"qmatvec": {"kernel": "fast", "lanes": 32, "rows": 4, "reduce": "subgroup"}}, "fast"),
-    "fast-sg-l128r2": ({"qmatvec": {"kernel": "fast", "lanes": 128, "rows": 2, "teams": 1}}, "fast"),
+    "fast-sg-l8r2": ({"qmatvec": {"kernel": "fast", "lanes": 8, "rows": 2, "reduce": "subgroup", "dot": False}}, "fast"),
+    "fast-sg-l32r4": ({"qmatvec": {"kernel": "fast", "lanes": 32, "rows": 4, "reduce": "subgroup", "dot": False}},
+                      "fast"),
+    "fast-sg-l128r2": ({"qmatvec": {"kernel": "fast", "lanes": 128, "rows": 2, "teams": 1, "dot": False}}, "fast"),
     "fast-tree-l16r3t3": ({"qmatvec": {"kernel": "fast", "lanes": 16, "rows": 3, "teams": 3,
-                                       "reduce": "tree"}}, "fast"),
-    "fast-nosg-l4r1": ({"use_subgroups": False, "qmatvec": {"kernel": "fast", "lanes": 4, "rows": 1}}, "fast"),
+                                       "reduce": "tree", "dot": False}}, "fast"),
+    "fast-nosg-l4r1": ({"use_subgroups": False, "qmatvec": {"kernel": "fast", "lanes": 4, "rows": 1, "dot": False}},
+                       "fast"),
+    # integer dot products on quantized x
+    "dot-sg-l8r2": ({"qmatvec": {"kernel": "fast", "lanes": 8, "rows": 2, "reduce": "subgroup", "dot": True}}, "dot"),
+    "dot-sg-l32r4": ({"qmatvec": {"kernel": "fast", "lanes": 32, "rows": 4, "dot": True}}, "dot"),
+    "dot-tree-l16r3t3": ({"qmatvec": {"kernel": "fast", "lanes": 16, "rows": 3, "teams": 3, "reduce": "tree",
+                                      "dot": True}}, "dot"),
+    "dot-nosg-l4r1": ({"use_subgroups": False, "qmatvec": {"kernel": "fast", "lanes": 4, "rows": 1, "dot": True}},
+                      "dot"),
     # staged through shared memory (rows of a multiple of 16 bytes; other shapes fall back to
     # the unstaged kernel): one chunk per row, several chunks, a tile not a multiple of WG
     "staged-sg-l8r2t4": ({"qmatvec": {"kernel": "fast", "lanes": 8, "rows": 2, "teams": 4, "staged": True,
@@ -62,7 +74,7 @@ SHAPES = {
 def _cases():
     for cfg, (_, family) in CONFIGS.items():
         for dt in QMATVEC_DTYPES:
-            if family == "fast" and dt not in QMATVEC_FAST_DTYPES:
+            if family in ("fast", "dot") and dt not in QMATVEC_FAST_DTYPES:
                 continue
             yield pytest.param(cfg, dt, id=f"{cfg}-{dt.name}")
 
@@ -83,11 +95,12 @@ def _backend(backends, cfg):
 
     if cfg not in backends:
         opts = CONFIGS[cfg][0]
+        feats = kp.list_devices()[0].get("features", {})
         if opts.get("use_subgroups") is None and opts.get("qmatvec", {}).get("reduce") == "subgroup":
-            props = kp.list_devices()[0]
-            feats = props.get("features", {})
             if not (feats.get("subgroup_basic") and feats.get("subgroup_arithmetic")):
                 pytest.skip("the device has no subgroup arithmetic")
+        if opts.get("qmatvec", {}).get("dot") and not feats.get("integer_dot_product"):
+            pytest.skip("the device has no shaderIntegerDotProduct")
         backends[cfg] = VulkanBackend(**opts)
     return backends[cfg]
 
@@ -109,7 +122,8 @@ def test_qmatvec_variant_matches_float64(backends, cfg, dtype):
         if ".staged." in kernel.spv:
             staged_shapes.append((n_rows, n_cols, n_cols // dtype.block_elems // kernel.spec[3]))
         if family != "auto":
-            assert kernel.spv.startswith("qmatvec_fast." if family == "fast" else "qmatvec."), kernel
+            assert kernel.spv.startswith("qmatvec." if family == "generic" else "qmatvec_fast."), kernel
+            assert (".dot." in kernel.spv) == (family == "dot"), kernel
         W = rng.uniform(-1, 1, (n_rows, n_cols)).astype(np.float32)
         x = rng.uniform(-1, 1, n_cols).astype(np.float32)
         data = quantize(W, dtype)
@@ -183,3 +197,88 @@ def test_policy_picks_the_fast_kernel_only_where_it_was_tuned():
     small.configure_qmatvec(kernel="fast", lanes=32, rows=8, teams=8)
     wg, lanes, rows = small.qmatvec(DType.Q8_0, 4096, 100).spec
     assert wg <= 128 and wg * (4 * rows + 4) <= 4096 and lanes == 32
+
+
+def test_policy_takes_the_integer_dot_variant_where_the_device_has_it():
+    feats = {"subgroup_basic": True, "subgroup_arithmetic": True, "integer_dot_product": True}
+    gpu = KernelPolicy(_props(features=feats))
+    for dt in QMATVEC_FAST_DTYPES:
+        k = gpu.qmatvec(dt, 4096, 14336)
+        assert ".dot." in k.spv and KernelPolicy.qmatvec_uses_xq(k), (dt, k)
+    assert gpu.qmatvec(DType.Q4_0, 4096, 14336).spv == "qmatvec_fast.q4_0.dot.sg.spv"
+    assert not KernelPolicy.qmatvec_uses_xq(gpu.qmatvec(DType.Q5_K, 4096, 14336)), "no dot kernel for Q5_K"
+    gpu.configure_qmatvec(dot=False)
+    assert gpu.qmatvec(DType.Q4_0, 4096, 14336).spv == "qmatvec_fast.q4_0.sg.spv"
+    gpu.configure_qmatvec(staged=True)
+    assert ".staged." in gpu.qmatvec(DType.Q4_0, 4096, 14336).spv, "staged asked for: the fp32 staged kernel"
+    with pytest.raises(ValueError, match="dot and staged"):
+        gpu.configure_qmatvec(dot=True, staged=True)
+    with pytest.raises(ValueError, match="dot must be True or False"):
+        gpu.configure_qmatvec(dot=1)
+    nodot = KernelPolicy(_props())
+    assert ".dot." not in nodot.qmatvec(DType.Q4_0, 4096, 14336).spv
+    with pytest.raises(ValueError, match="shaderIntegerDotProduct"):
+        nodot.configure_qmatvec(dot=True)
+    assert KernelPolicy.qmatvec_xq_bytes(4096) == 2 * 4096 + 4 * 128
+
+
+def _run_xq(x: np.ndarray) -> np.ndarray:
+    """qmatvec_xq.comp on ``x`` through the runtime: its output words."""
+    from kbench.backend.kernels import load_spirv
+
+    n = len(x)
+    words = KernelPolicy.qmatvec_xq_bytes(n) // 4
+    with kp.Manager() as mgr:
+        tx = mgr.tensor(x.astype(np.float32))
+        tq = mgr.tensor_t(np.full(words, 0xDEADBEEF, np.uint32))
+        wg = 256
+        algo = mgr.algorithm([tx, tq], load_spirv("qmatvec_xq.spv"), (-(-n // 4 // wg), 1, 1), np.array([wg], np.uint32),
+                             np.array([n], np.uint32))
+        mgr.sequence().record(kp.OpTensorSyncDevice([tx, tq])).record(kp.OpAlgoDispatch(algo)) \
+            .record(kp.OpTensorSyncLocal([tq])).eval()
+        return tq.data().copy()
+
+
+@pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
+def test_x_quantizer_keeps_16_bits_per_element_in_blocks_of_32():
+    rng = np.random.default_rng(7)
+    n = 32 * 70  # not a multiple of the 256-wide workgroup's 1024 elements
+    x = (rng.standard_normal(n) * np.exp(2 * rng.standard_normal(n))).astype(np.float32)
+    x[32:64] = 0.0           # an all-zero block
+    x[64:96] = 1e-30         # tiny magnitudes keep their relative precision
+    w = _run_xq(x)
+    nb = n // 32
+    lo = w[: 8 * nb].view(np.int8).astype(np.int64)
+    hi = w[8 * nb: 16 * nb].view(np.int8).astype(np.int64)
+    s = w[16 * nb:].view(np.float32).astype(np.float64)
+    q = 256 * hi + lo
+    assert np.all(np.abs(q) <= 32639), f"|q| up to {np.abs(q).max()}, expected <= 32639"
+    amax = np.abs(x.astype(np.float64)).reshape(nb, 32).max(1)
+    np.testing.assert_allclose(s, amax / 32639, rtol=1e-6, err_msg="block scales")
+    assert s[1] == 0 and np.all(q[32:64] == 0), "the zero block"
+    xq = (q.reshape(nb, 32) * s[:, None]).ravel()
+    err = np.abs(xq - x) / np.repeat(np.where(s > 0, s, 1), 32)
+    assert err.max() <= 0.5 + 1e-3, f"|x - q s| up to {err.max():.4f} steps, expected <= 0.5 (rounding)"
+
+
+@pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
+def test_integer_dot_path_turns_nan_or_inf_in_x_into_nan_rows(backends):
+    be = _backend(backends, "dot-sg-l32r4")
+    n_rows, n_cols = 5, 512
+    rng = np.random.default_rng(3)
+    data = quantize(rng.uniform(-1, 1, (n_rows, n_cols)).astype(np.float32), DType.Q8_0)
+    for bad in (np.nan, np.inf):
+        x = rng.uniform(-1, 1, n_cols).astype(np.float32)
+        x[100] = bad
+        hw, hx, hy = be.allocate(len(data)), be.allocate(4 * n_cols), be.allocate(4 * n_rows)
+        try:
+            be.copy_to_device(data, hw)
+            be.copy_to_device(x.tobytes(), hx)
+            be.quantized_matmul(hw, hx, hy, n_rows, n_cols, DType.Q8_0)
+            raw = bytearray(4 * n_rows)
+            be.copy_from_device(hy, raw)
+        finally:
+            for h in (hw, hx, hy):
+                be.free(h)
+        got = np.frombuffer(raw, np.float32)
+        assert np.all(np.isnan(got)), f"x[100] = {bad}: expected NaN rows, got {got}"
