@@ -46,6 +46,10 @@
 // The per-block integer sums stay below 2^24 (Q8_0: 2^26, rounded once), so the only error
 // beside fp32 rounding is the quantization of x: NMSE about 2e-10 for uniform x (1e-9 with
 // heavy tails) against the float64 oracle, under the case tolerance of 1e-8.
+// Fused variants (*.dotf.*): binding 1 is x itself and every workgroup quantizes all of it
+// (the same arithmetic as qmatvec_xq.comp, one invocation per block of 32) into shared memory
+// before its rows: no second dispatch and barrier per call (about 4 us on the H200), at the
+// price of XW = n_cols / 4 (spec constant 3) words of shared memory per half.
 //
 // kbench: variant q4_0.sg QT_Q4_0 USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_0.tree QT_Q4_0
@@ -63,6 +67,14 @@
 // kbench: variant q4_k.dot.tree QT_Q4_K DOT target=vulkan1.1
 // kbench: variant q6_k.dot.sg QT_Q6_K DOT USE_SUBGROUP target=vulkan1.1
 // kbench: variant q6_k.dot.tree QT_Q6_K DOT target=vulkan1.1
+// kbench: variant q4_0.dotf.sg QT_Q4_0 DOT DOT_FUSED USE_SUBGROUP target=vulkan1.1
+// kbench: variant q4_0.dotf.tree QT_Q4_0 DOT DOT_FUSED target=vulkan1.1
+// kbench: variant q8_0.dotf.sg QT_Q8_0 DOT DOT_FUSED USE_SUBGROUP target=vulkan1.1
+// kbench: variant q8_0.dotf.tree QT_Q8_0 DOT DOT_FUSED target=vulkan1.1
+// kbench: variant q4_k.dotf.sg QT_Q4_K DOT DOT_FUSED USE_SUBGROUP target=vulkan1.1
+// kbench: variant q4_k.dotf.tree QT_Q4_K DOT DOT_FUSED target=vulkan1.1
+// kbench: variant q6_k.dotf.sg QT_Q6_K DOT DOT_FUSED USE_SUBGROUP target=vulkan1.1
+// kbench: variant q6_k.dotf.tree QT_Q6_K DOT DOT_FUSED target=vulkan1.1
 // kbench: variant q4_0.stream.raw.sg QT_Q4_0 RAW_ONLY STREAM_ONLY USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_0.staged.sg QT_Q4_0 STAGED USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_0.staged.tree QT_Q4_0 STAGED
@@ -123,13 +135,29 @@ layout(std430, binding = 0) readonly buffer Weights4 { uvec4 wq4[]; };
 layout(std430, binding = 0) readonly buffer WeightsS { uvec4 ws4[]; };
 #endif
 #endif
-#if defined(DOT)
+#if defined(DOT) && !defined(DOT_FUSED)
 // quantized x (qmatvec_xq.comp): lo bytes at word 0, hi bytes at word XHI = 8 * blocks of 32,
 // the block scales (float bits) at word XSC = 16 * blocks
 layout(std430, binding = 1) readonly buffer InputQ { uint xw[]; };
 layout(std430, binding = 1) readonly buffer InputQ4 { uvec4 xw4[]; };
+#define XLO(i) xw[i]
+#define XHIW(i) xw[XHI + (i)]
+#define XLO4(i) xw4[i]
+#define XHI4(i) xw4[(XHI >> 2) + (i)]
+#define XSCALE(b) uintBitsToFloat(xw[XSC + (b)])
 #else
 layout(std430, binding = 1) readonly buffer Input { vec4 x4[]; };
+#endif
+#if defined(DOT_FUSED)
+layout(constant_id = 3) const uint XW = 8;  // n_cols / 4 (a multiple of 8)
+shared uvec4 xlo4[XW / 4u];
+shared uvec4 xhi4[XW / 4u];
+shared float xsc[XW / 8u];
+#define XLO(i) xlo4[(i) >> 2][(i) & 3u]
+#define XHIW(i) xhi4[(i) >> 2][(i) & 3u]
+#define XLO4(i) xlo4[i]
+#define XHI4(i) xhi4[i]
+#define XSCALE(b) xsc[b]
 #endif
 layout(std430, binding = 2) writeonly buffer Output { float y[]; };
 
@@ -186,6 +214,12 @@ uint rowoff[ROWS];
 #if defined(DOT)
 uint XHI, XSC;  // word offsets of x's high bytes and scales (set by main from n_cols)
 const uint ONES = 0x01010101u;
+const float QMAX = 32639.0;  // 127 * 256 + 127
+
+uint pack_bytes(ivec4 v) {
+    uvec4 b = uvec4(v) & 0xFFu;
+    return b.x | (b.y << 8) | (b.z << 16) | (b.w << 24);
+}
 #endif
 
 // adds unit u of every row (u counts units from the start of the row) to acc
@@ -203,9 +237,9 @@ void accumulate(uint u) {
 #elif defined(DOT) && defined(QT_Q4_0)
     uint b = u >> 2;
     uint k = u & 3u;
-    uint l0 = xw[8u * b + k], l1 = xw[8u * b + 4u + k];              // elements 4k.., 16+4k..
-    uint h0 = xw[XHI + 8u * b + k], h1 = xw[XHI + 8u * b + 4u + k];
-    float sx = uintBitsToFloat(xw[XSC + b]);
+    uint l0 = XLO(8u * b + k), l1 = XLO(8u * b + 4u + k);              // elements 4k.., 16+4k..
+    uint h0 = XHIW(8u * b + k), h1 = XHIW(8u * b + 4u + k);
+    float sx = XSCALE(b);
     // nibble v is the weight + 8: sum (v - 8) q = sum v q - 8 sum q
     int qsum = 256 * (sdot(h0, ONES, 0) + sdot(h1, ONES, 0)) + sdot(l0, ONES, 0) + sdot(l1, ONES, 0);
     for (uint r = 0u; r < ROWS; ++r) {
@@ -222,9 +256,9 @@ void accumulate(uint u) {
     uint b = u >> 2;
     uint k = u & 3u;
     uint wl = 8u * b + 2u * k;  // elements 8k .. 8k+7
-    uint l0 = xw[wl], l1 = xw[wl + 1u];
-    uint h0 = xw[XHI + wl], h1 = xw[XHI + wl + 1u];
-    float sx = uintBitsToFloat(xw[XSC + b]);
+    uint l0 = XLO(wl), l1 = XLO(wl + 1u);
+    uint h0 = XHIW(wl), h1 = XHIW(wl + 1u);
+    float sx = XSCALE(b);
     for (uint r = 0u; r < ROWS; ++r) {
         uint blk = rowoff[r] + 34u * b;
         uvec2 q = load8(blk + 2u + 8u * k);
@@ -240,10 +274,10 @@ void accumulate(uint u) {
     uint i = u & 7u;
     uint g = i >> 1;
     uint xbase = 64u * b + 16u * g + 4u * (i & 1u);
-    uvec4 L0 = xw4[xbase >> 2], L1 = xw4[(xbase + 8u) >> 2];
-    uvec4 H0 = xw4[(XHI + xbase) >> 2], H1 = xw4[(XHI + xbase + 8u) >> 2];
-    float sx0 = uintBitsToFloat(xw[XSC + 8u * b + 2u * g]);
-    float sx1 = uintBitsToFloat(xw[XSC + 8u * b + 2u * g + 1u]);
+    uvec4 L0 = XLO4(xbase >> 2), L1 = XLO4((xbase + 8u) >> 2);
+    uvec4 H0 = XHI4(xbase >> 2), H1 = XHI4((xbase + 8u) >> 2);
+    float sx0 = XSCALE(8u * b + 2u * g);
+    float sx1 = XSCALE(8u * b + 2u * g + 1u);
     int s0 = 0, s1 = 0;
     for (uint w = 0u; w < 4u; ++w) {
         s0 += 256 * sdot(H0[w], ONES, 0) + sdot(L0[w], ONES, 0);
@@ -290,10 +324,10 @@ void accumulate(uint u) {
     int qs[4];
     for (uint kk = 0u; kk < 4u; ++kk) {
         for (uint w = 0u; w < 2u; ++w) {
-            xl[2u * kk + w] = xw[xbase + 8u * kk + w];
-            xh[2u * kk + w] = xw[XHI + xbase + 8u * kk + w];
+            xl[2u * kk + w] = XLO(xbase + 8u * kk + w);
+            xh[2u * kk + w] = XHIW(xbase + 8u * kk + w);
         }
-        sxk[kk] = uintBitsToFloat(xw[XSC + 8u * b + 4u * n + kk]);
+        sxk[kk] = XSCALE(8u * b + 4u * n + kk);
         qs[kk] = 256 * (sdot(xh[2u * kk], ONES, 0) + sdot(xh[2u * kk + 1u], ONES, 0))
                + (sdot(xl[2u * kk], ONES, 0) + sdot(xl[2u * kk + 1u], ONES, 0));
     }
@@ -492,9 +526,32 @@ void main() {
     for (uint r = 0u; r < ROWS; ++r) {
         acc[r] = 0.0;
     }
-#if defined(DOT)
+#if defined(DOT) && !defined(DOT_FUSED)
     XHI = 8u * (pc.n_cols >> 5);
     XSC = 16u * (pc.n_cols >> 5);
+#endif
+#if defined(DOT_FUSED)
+    // x -> shared memory as in qmatvec_xq.comp, one invocation per block of 32 elements
+    for (uint xb = lid; xb < XW / 8u; xb += gl_WorkGroupSize.x) {
+        vec4 v[8];
+        float m = 0.0;
+        bool finite = true;
+        for (uint j = 0u; j < 8u; ++j) {
+            v[j] = x4[8u * xb + j];
+            vec4 a = abs(v[j]);
+            finite = finite && !any(isnan(v[j])) && !any(isinf(v[j]));
+            m = max(m, max(max(a.x, a.y), max(a.z, a.w)));
+        }
+        float inv = finite && m > 0.0 ? QMAX / m : 0.0;
+        xsc[xb] = finite ? m / QMAX : uintBitsToFloat(0x7FC00000u);
+        for (uint j = 0u; j < 8u; ++j) {
+            ivec4 q = clamp(ivec4(roundEven(v[j] * inv)), ivec4(-32639), ivec4(32639));
+            ivec4 lo = ((q + 128) & 255) - 128;
+            XLO(8u * xb + j) = pack_bytes(lo);
+            XHIW(8u * xb + j) = pack_bytes((q - lo) >> 8);
+        }
+    }
+    barrier();
 #endif
 
 #if defined(STAGED)

@@ -53,6 +53,11 @@ CONFIGS = {
                                       "dot": True}}, "dot"),
     "dot-nosg-l4r1": ({"use_subgroups": False, "qmatvec": {"kernel": "fast", "lanes": 4, "rows": 1, "dot": True}},
                       "dot"),
+    # the same with quantized x in global memory (a separate qmatvec_xq dispatch)
+    "dotx-sg-l8r2t4": ({"qmatvec": {"kernel": "fast", "lanes": 8, "rows": 2, "teams": 4, "dot": True,
+                                    "fused": False}}, "dot"),
+    "dotx-tree-l16r3t3": ({"qmatvec": {"kernel": "fast", "lanes": 16, "rows": 3, "teams": 3, "reduce": "tree",
+                                       "dot": True, "fused": False}}, "dot"),
     # staged through shared memory (rows of a multiple of 16 bytes; other shapes fall back to
     # the unstaged kernel): one chunk per row, several chunks, a tile not a multiple of WG
     "staged-sg-l8r2t4": ({"qmatvec": {"kernel": "fast", "lanes": 8, "rows": 2, "teams": 4, "staged": True,
@@ -110,6 +115,23 @@ def _nmse(out: np.ndarray, ref: np.ndarray) -> float:
     return float(np.sum((out - ref) ** 2) / max(np.sum(ref ** 2), 1e-300))
 
 
+def _assert_within_x_quantization(got, ref, data, dtype, x, what):
+    """The integer-dot kernels' error is x's quantization (|x - q s| <= s / 2 per element, s
+    = max|x| / 32639 per block of 32) plus fp32 rounding: every row within that bound, and
+    over several rows NMSE <= 1e-8 (a single row's relative error can exceed it where its
+    sum nearly cancels)."""
+    n_rows, n_cols = len(ref), len(x)
+    W = np.abs(dequantize(data, dtype, (n_rows, n_cols)).astype(np.float64))
+    s = np.repeat(np.abs(x.astype(np.float64)).reshape(-1, 32).max(1) / 32639, 32)
+    bound = 0.5 * (W @ s) * 1.001 + 1e-6 * (W @ np.abs(x.astype(np.float64)))
+    err = np.abs(got.astype(np.float64) - ref)
+    worst = int(np.argmax(err - bound))
+    assert np.all(err <= bound), f"{what}: row {worst} off by {err[worst]:.3e}, bound {bound[worst]:.3e}"
+    if n_rows >= 5:
+        e = _nmse(got, ref)
+        assert e <= NMSE_LIMIT, f"{what}: NMSE {e:.3e} > {NMSE_LIMIT:.0e}"
+
+
 @pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
 @pytest.mark.parametrize("cfg,dtype", list(_cases()))
 def test_qmatvec_variant_matches_float64(backends, cfg, dtype):
@@ -123,7 +145,10 @@ def test_qmatvec_variant_matches_float64(backends, cfg, dtype):
             staged_shapes.append((n_rows, n_cols, n_cols // dtype.block_elems // kernel.spec[3]))
         if family != "auto":
             assert kernel.spv.startswith("qmatvec." if family == "generic" else "qmatvec_fast."), kernel
-            assert (".dot." in kernel.spv) == (family == "dot"), kernel
+            assert (".dot" in kernel.spv) == (family == "dot"), kernel
+            if family == "dot":
+                fused = CONFIGS[cfg][0]["qmatvec"].get("fused", True)
+                assert (".dotf." in kernel.spv) == fused, kernel
         W = rng.uniform(-1, 1, (n_rows, n_cols)).astype(np.float32)
         x = rng.uniform(-1, 1, n_cols).astype(np.float32)
         data = quantize(W, dtype)
@@ -145,8 +170,11 @@ def test_qmatvec_variant_matches_float64(backends, cfg, dtype):
         what = f"{cfg} {dtype.name} {n_rows}x{n_cols} ({kernel.spv} {kernel.spec})"
         assert np.all(got[n_rows:] == np.float32(-7.25)), f"{what}: wrote past the output"
         assert not np.any(np.isnan(got[:n_rows])), f"{what}: NaN"
-        err = _nmse(got[:n_rows], ref)
-        assert err <= NMSE_LIMIT, f"{what}: NMSE {err:.3e} > {NMSE_LIMIT:.0e}"
+        if family == "dot":
+            _assert_within_x_quantization(got[:n_rows], ref, data, dtype, x, what)
+        else:
+            err = _nmse(got[:n_rows], ref)
+            assert err <= NMSE_LIMIT, f"{what}: NMSE {err:.3e} > {NMSE_LIMIT:.0e}"
     if cfg.startswith("staged"):
         # (rows, cols, chunks per row): the staged kernel ran, and with several chunks per row
         assert any(chunks > 1 for *_, chunks in staged_shapes), f"{cfg} {dtype.name}: staged on {staged_shapes}"
@@ -202,10 +230,18 @@ def test_policy_picks_the_fast_kernel_only_where_it_was_tuned():
 def test_policy_takes_the_integer_dot_variant_where_the_device_has_it():
     feats = {"subgroup_basic": True, "subgroup_arithmetic": True, "integer_dot_product": True}
     gpu = KernelPolicy(_props(features=feats))
+    assert ".dot" not in gpu.qmatvec(DType.Q4_0, 1024, 1023).spv, "below 2^20 weights: exact fp32"
+    assert ".dot" in gpu.qmatvec(DType.Q4_0, 1024, 1024).spv
     for dt in QMATVEC_FAST_DTYPES:
         k = gpu.qmatvec(dt, 4096, 14336)
-        assert ".dot." in k.spv and KernelPolicy.qmatvec_uses_xq(k), (dt, k)
-    assert gpu.qmatvec(DType.Q4_0, 4096, 14336).spv == "qmatvec_fast.q4_0.dot.sg.spv"
+        # fused: x quantized in shared memory by every workgroup, n_cols / 4 words (spec 3)
+        assert ".dotf." in k.spv and not KernelPolicy.qmatvec_uses_xq(k) and k.spec[3] == 1024, (dt, k)
+    assert gpu.qmatvec(DType.Q4_0, 4096, 14336).spv == "qmatvec_fast.q4_0.dotf.sg.spv"
+    # x too long for shared memory (48 KiB): the separate quantizing dispatch
+    k = gpu.qmatvec(DType.Q4_0, 28672, 4096)
+    assert k.spv == "qmatvec_fast.q4_0.dot.sg.spv" and KernelPolicy.qmatvec_uses_xq(k), k
+    gpu.configure_qmatvec(fused=False)
+    assert KernelPolicy.qmatvec_uses_xq(gpu.qmatvec(DType.Q4_0, 4096, 14336))
     assert not KernelPolicy.qmatvec_uses_xq(gpu.qmatvec(DType.Q5_K, 4096, 14336)), "no dot kernel for Q5_K"
     gpu.configure_qmatvec(dot=False)
     assert gpu.qmatvec(DType.Q4_0, 4096, 14336).spv == "qmatvec_fast.q4_0.sg.spv"
@@ -262,8 +298,9 @@ def test_x_quantizer_keeps_16_bits_per_element_in_blocks_of_32():
 
 
 @pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
-def test_integer_dot_path_turns_nan_or_inf_in_x_into_nan_rows(backends):
-    be = _backend(backends, "dot-sg-l32r4")
+@pytest.mark.parametrize("cfg", ["dot-sg-l32r4", "dotx-sg-l8r2t4"])  # fused, separate quantizer
+def test_integer_dot_path_turns_nan_or_inf_in_x_into_nan_rows(backends, cfg):
+    be = _backend(backends, cfg)
     n_rows, n_cols = 5, 512
     rng = np.random.default_rng(3)
     data = quantize(rng.uniform(-1, 1, (n_rows, n_cols)).astype(np.float32), DType.Q8_0)
