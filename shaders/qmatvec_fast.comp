@@ -46,7 +46,6 @@
 // The per-block integer sums stay below 2^24 (Q8_0: 2^26, rounded once), so the only error
 // beside fp32 rounding is the quantization of x: NMSE about 2e-10 for uniform x (1e-9 with
 // heavy tails) against the float64 oracle, under the case tolerance of 1e-8.
-// Fused variants (*.dotf.*): binding 1 is x itself and every workgroup quantizes all of it
 // (the same arithmetic as qmatvec_xq.comp, one invocation per block of 32) into shared memory
 // before its rows: no second dispatch and barrier per call (about 4 us on the H200), at the
 // price of XW = n_cols / 4 (spec constant 3) words of shared memory per half.
@@ -67,14 +66,6 @@
 // kbench: variant q4_k.dot.tree QT_Q4_K DOT target=vulkan1.1
 // kbench: variant q6_k.dot.sg QT_Q6_K DOT USE_SUBGROUP target=vulkan1.1
 // kbench: variant q6_k.dot.tree QT_Q6_K DOT target=vulkan1.1
-// kbench: variant q4_0.dotf.sg QT_Q4_0 DOT DOT_FUSED USE_SUBGROUP target=vulkan1.1
-// kbench: variant q4_0.dotf.tree QT_Q4_0 DOT DOT_FUSED target=vulkan1.1
-// kbench: variant q8_0.dotf.sg QT_Q8_0 DOT DOT_FUSED USE_SUBGROUP target=vulkan1.1
-// kbench: variant q8_0.dotf.tree QT_Q8_0 DOT DOT_FUSED target=vulkan1.1
-// kbench: variant q4_k.dotf.sg QT_Q4_K DOT DOT_FUSED USE_SUBGROUP target=vulkan1.1
-// kbench: variant q4_k.dotf.tree QT_Q4_K DOT DOT_FUSED target=vulkan1.1
-// kbench: variant q6_k.dotf.sg QT_Q6_K DOT DOT_FUSED USE_SUBGROUP target=vulkan1.1
-// kbench: variant q6_k.dotf.tree QT_Q6_K DOT DOT_FUSED target=vulkan1.1
 // kbench: variant q4_0.stream.raw.sg QT_Q4_0 RAW_ONLY STREAM_ONLY USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_0.staged.sg QT_Q4_0 STAGED USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_0.staged.tree QT_Q4_0 STAGED
@@ -135,7 +126,7 @@ layout(std430, binding = 0) readonly buffer Weights4 { uvec4 wq4[]; };
 layout(std430, binding = 0) readonly buffer WeightsS { uvec4 ws4[]; };
 #endif
 #endif
-#if defined(DOT) && !defined(DOT_FUSED)
+#if defined(DOT)
 // quantized x (qmatvec_xq.comp): lo bytes at word 0, hi bytes at word XHI = 8 * blocks of 32,
 // the block scales (float bits) at word XSC = 16 * blocks
 layout(std430, binding = 1) readonly buffer InputQ { uint xw[]; };
@@ -147,17 +138,6 @@ layout(std430, binding = 1) readonly buffer InputQ4 { uvec4 xw4[]; };
 #define XSCALE(b) uintBitsToFloat(xw[XSC + (b)])
 #else
 layout(std430, binding = 1) readonly buffer Input { vec4 x4[]; };
-#endif
-#if defined(DOT_FUSED)
-layout(constant_id = 3) const uint XW = 8;  // n_cols / 4 (a multiple of 8)
-shared uvec4 xlo4[XW / 4u];
-shared uvec4 xhi4[XW / 4u];
-shared float xsc[XW / 8u];
-#define XLO(i) xlo4[(i) >> 2][(i) & 3u]
-#define XHIW(i) xhi4[(i) >> 2][(i) & 3u]
-#define XLO4(i) xlo4[i]
-#define XHI4(i) xhi4[i]
-#define XSCALE(b) xsc[b]
 #endif
 layout(std430, binding = 2) writeonly buffer Output { float y[]; };
 
@@ -214,12 +194,6 @@ uint rowoff[ROWS];
 #if defined(DOT)
 uint XHI, XSC;  // word offsets of x's high bytes and scales (set by main from n_cols)
 const uint ONES = 0x01010101u;
-const float QMAX = 32639.0;  // 127 * 256 + 127
-
-uint pack_bytes(ivec4 v) {
-    uvec4 b = uvec4(v) & 0xFFu;
-    return b.x | (b.y << 8) | (b.z << 16) | (b.w << 24);
-}
 #endif
 
 // adds unit u of every row (u counts units from the start of the row) to acc
@@ -526,32 +500,9 @@ void main() {
     for (uint r = 0u; r < ROWS; ++r) {
         acc[r] = 0.0;
     }
-#if defined(DOT) && !defined(DOT_FUSED)
+#if defined(DOT)
     XHI = 8u * (pc.n_cols >> 5);
     XSC = 16u * (pc.n_cols >> 5);
-#endif
-#if defined(DOT_FUSED)
-    // x -> shared memory as in qmatvec_xq.comp, one invocation per block of 32 elements
-    for (uint xb = lid; xb < XW / 8u; xb += gl_WorkGroupSize.x) {
-        vec4 v[8];
-        float m = 0.0;
-        bool finite = true;
-        for (uint j = 0u; j < 8u; ++j) {
-            v[j] = x4[8u * xb + j];
-            vec4 a = abs(v[j]);
-            finite = finite && !any(isnan(v[j])) && !any(isinf(v[j]));
-            m = max(m, max(max(a.x, a.y), max(a.z, a.w)));
-        }
-        float inv = finite && m > 0.0 ? QMAX / m : 0.0;
-        xsc[xb] = finite ? m / QMAX : uintBitsToFloat(0x7FC00000u);
-        for (uint j = 0u; j < 8u; ++j) {
-            ivec4 q = clamp(ivec4(roundEven(v[j] * inv)), ivec4(-32639), ivec4(32639));
-            ivec4 lo = ((q + 128) & 255) - 128;
-            XLO(8u * xb + j) = pack_bytes(lo);
-            XHIW(8u * xb + j) = pack_bytes((q - lo) >> 8);
-        }
-    }
-    barrier();
 #endif
 
 #if defined(STAGED)

@@ -53,11 +53,7 @@ CONFIGS = {
                                       "dot": True}}, "dot"),
     "dot-nosg-l4r1": ({"use_subgroups": False, "qmatvec": {"kernel": "fast", "lanes": 4, "rows": 1, "dot": True}},
                       "dot"),
-    # the same with quantized x in global memory (a separate qmatvec_xq dispatch)
-    "dotx-sg-l8r2t4": ({"qmatvec": {"kernel": "fast", "lanes": 8, "rows": 2, "teams": 4, "dot": True,
-                                    "fused": False}}, "dot"),
-    "dotx-tree-l16r3t3": ({"qmatvec": {"kernel": "fast", "lanes": 16, "rows": 3, "teams": 3, "reduce": "tree",
-                                       "dot": True, "fused": False}}, "dot"),
+    "dot-sg-l8r2t4": ({"qmatvec": {"kernel": "fast", "lanes": 8, "rows": 2, "teams": 4, "dot": True}}, "dot"),
     # staged through shared memory (rows of a multiple of 16 bytes; other shapes fall back to
     # the unstaged kernel): one chunk per row, several chunks, a tile not a multiple of WG
     "staged-sg-l8r2t4": ({"qmatvec": {"kernel": "fast", "lanes": 8, "rows": 2, "teams": 4, "staged": True,
@@ -145,10 +141,7 @@ def test_qmatvec_variant_matches_float64(backends, cfg, dtype):
             staged_shapes.append((n_rows, n_cols, n_cols // dtype.block_elems // kernel.spec[3]))
         if family != "auto":
             assert kernel.spv.startswith("qmatvec." if family == "generic" else "qmatvec_fast."), kernel
-            assert (".dot" in kernel.spv) == (family == "dot"), kernel
-            if family == "dot":
-                fused = CONFIGS[cfg][0]["qmatvec"].get("fused", True)
-                assert (".dotf." in kernel.spv) == fused, kernel
+            assert (".dot." in kernel.spv) == (family == "dot"), kernel
         W = rng.uniform(-1, 1, (n_rows, n_cols)).astype(np.float32)
         x = rng.uniform(-1, 1, n_cols).astype(np.float32)
         data = quantize(W, dtype)
@@ -230,18 +223,12 @@ def test_policy_picks_the_fast_kernel_only_where_it_was_tuned():
 def test_policy_takes_the_integer_dot_variant_where_the_device_has_it():
     feats = {"subgroup_basic": True, "subgroup_arithmetic": True, "integer_dot_product": True}
     gpu = KernelPolicy(_props(features=feats))
-    assert ".dot" not in gpu.qmatvec(DType.Q4_0, 1024, 1023).spv, "below 2^20 weights: exact fp32"
-    assert ".dot" in gpu.qmatvec(DType.Q4_0, 1024, 1024).spv
+    assert ".dot." not in gpu.qmatvec(DType.Q4_0, 1024, 1023).spv, "below 2^20 weights: exact fp32"
+    assert ".dot." in gpu.qmatvec(DType.Q4_0, 1024, 1024).spv
     for dt in QMATVEC_FAST_DTYPES:
         k = gpu.qmatvec(dt, 4096, 14336)
-        # fused: x quantized in shared memory by every workgroup, n_cols / 4 words (spec 3)
-        assert ".dotf." in k.spv and not KernelPolicy.qmatvec_uses_xq(k) and k.spec[3] == 1024, (dt, k)
-    assert gpu.qmatvec(DType.Q4_0, 4096, 14336).spv == "qmatvec_fast.q4_0.dotf.sg.spv"
-    # x too long for shared memory (48 KiB): the separate quantizing dispatch
-    k = gpu.qmatvec(DType.Q4_0, 28672, 4096)
-    assert k.spv == "qmatvec_fast.q4_0.dot.sg.spv" and KernelPolicy.qmatvec_uses_xq(k), k
-    gpu.configure_qmatvec(fused=False)
-    assert KernelPolicy.qmatvec_uses_xq(gpu.qmatvec(DType.Q4_0, 4096, 14336))
+        assert ".dot." in k.spv and KernelPolicy.qmatvec_uses_xq(k), (dt, k)
+    assert gpu.qmatvec(DType.Q4_0, 4096, 14336).spv == "qmatvec_fast.q4_0.dot.sg.spv"
     assert not KernelPolicy.qmatvec_uses_xq(gpu.qmatvec(DType.Q5_K, 4096, 14336)), "no dot kernel for Q5_K"
     gpu.configure_qmatvec(dot=False)
     assert gpu.qmatvec(DType.Q4_0, 4096, 14336).spv == "qmatvec_fast.q4_0.sg.spv"
@@ -298,7 +285,7 @@ def test_x_quantizer_keeps_16_bits_per_element_in_blocks_of_32():
 
 
 @pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
-@pytest.mark.parametrize("cfg", ["dot-sg-l32r4", "dotx-sg-l8r2t4"])  # fused, separate quantizer
+@pytest.mark.parametrize("cfg", ["dot-sg-l32r4", "dot-nosg-l4r1"])
 def test_integer_dot_path_turns_nan_or_inf_in_x_into_nan_rows(backends, cfg):
     be = _backend(backends, cfg)
     n_rows, n_cols = 5, 512

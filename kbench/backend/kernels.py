@@ -452,12 +452,9 @@ class KernelPolicy:
         row and staged chunk), ``tile_kib`` (the staged tile's size limit when ``chunk`` is
         not given) and ``dot`` (True: the integer-dot variant on x quantized to 16 bits per
         element, see shaders/qmatvec_xq.comp; False: exact fp32 decoding; default: QMATVEC_DOT
-        where the device has shaderIntegerDotProduct) and, for it, ``fused`` (True: every
-        workgroup quantizes x into shared memory itself, where it fits; False: a separate
-        qmatvec_xq dispatch; default: fused where it fits)."""
+        where the device has shaderIntegerDotProduct, from QMATVEC_DOT_MIN_ELEMS weights)."""
         cfg = dict(config or {}, **knobs)
-        unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot",
-                              "fused"}
+        unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot"}
         if unknown:
             raise ValueError(f"qmatvec config: unknown keys {sorted(unknown)}")
         if cfg.get("kernel", "auto") not in ("auto", "fast", "generic"):
@@ -468,9 +465,8 @@ class KernelPolicy:
             raise ValueError("qmatvec config: reduce='subgroup' needs subgroup arithmetic")
         if cfg.get("staged") is not None and not isinstance(cfg["staged"], bool):
             raise ValueError(f"qmatvec config: staged must be True or False, got {cfg['staged']!r}")
-        for key in ("dot", "fused"):
-            if cfg.get(key) is not None and not isinstance(cfg[key], bool):
-                raise ValueError(f"qmatvec config: {key} must be True or False, got {cfg[key]!r}")
+        if cfg.get("dot") is not None and not isinstance(cfg["dot"], bool):
+            raise ValueError(f"qmatvec config: dot must be True or False, got {cfg['dot']!r}")
         if cfg.get("dot") and not self.has_int_dot:
             raise ValueError("qmatvec config: dot=True needs shaderIntegerDotProduct, which this device lacks")
         if cfg.get("dot") and cfg.get("staged"):
@@ -544,10 +540,6 @@ class KernelPolicy:
             dot = (self.QMATVEC_DOT and self.has_int_dot and not cfg.get("staged")
                    and n_rows * n_cols >= self.QMATVEC_DOT_MIN_ELEMS)
         if dot:
-            xw = n_cols // 4
-            fits = self.qmatvec_fused_bytes(n_cols) + _qmatvec_reduce_bytes(wg, rows) <= self.max_shared
-            if cfg.get("fused", True) and fits:
-                return Kernel(f"qmatvec_fast.{name}.dotf.{variant}.spv", (wg, lanes, rows, xw), PUSH_QMATVEC)
             return Kernel(f"qmatvec_fast.{name}.dot.{variant}.spv", (wg, lanes, rows), PUSH_QMATVEC)
         chunk = None
         if cfg.get("staged", self.QMATVEC_STAGED):
@@ -576,12 +568,6 @@ class KernelPolicy:
     def qmatvec_xq_bytes(n_cols: int) -> int:
         """Bytes of quantized x (shaders/qmatvec_xq.comp): 2 bytes per element, 4 per 32."""
         return 17 * 4 * (n_cols // 32)
-
-    @staticmethod
-    def qmatvec_fused_bytes(n_cols: int) -> int:
-        """Shared memory the fused integer-dot kernels hold quantized x in (same size as
-        :meth:`qmatvec_xq_bytes`)."""
-        return KernelPolicy.qmatvec_xq_bytes(n_cols)
 
     def qmatvec_xq(self) -> Kernel:
         """The kernel that quantizes x for the integer-dot variants (one invocation per 4 elements)."""
