@@ -17,7 +17,8 @@ CUDA events).
 
 A variant spec is generic | auto | fast:LANES:ROWS[:TEAMS[:subgroup|tree]] (one pass over
 the row, narrow loads, exact fp32 decoding) | dot:LANES:ROWS[:TEAMS[:subgroup|tree]] (the same
-on x quantized to 16 bits by a first dispatch, integer dot products) | staged:LANES:ROWS:TEAMS[:CHUNK|TILEk[:subgroup|tree]] (16-byte loads
+on x quantized to 16 bits by each lane, integer dot products; dotx: x quantized by a first
+dispatch) | staged:LANES:ROWS:TEAMS[:CHUNK|TILEk[:subgroup|tree]] (16-byte loads
 staged through shared memory, CHUNK blocks per row at a time, or the largest chunk whose tile is
 at most TILE KiB; default: the policy's chunk).  raw:<spec> (Q4_0) is the load-only twin of a
 fast/staged spec, raw:stream:LANES:ROWS[:TEAMS] reads the same rows with 16-byte loads and
@@ -44,16 +45,16 @@ SHAPES = [(14336, 4096), (4096, 14336)]
 SMALL_SHAPES = [(96, 512), (32, 1536)]
 L2_BYTES = 50 << 20
 DEFAULT_VARIANTS = (
-    ["auto", "fast:64:2:1", "fast:128:4:1", "fast:256:2:1"]
-    + ["dot:32:4:4", "dot:64:2:1", "dot:64:4:1", "dot:128:2:1", "dot:128:4:1", "dot:128:8:1", "dot:256:2:1",
-       "dot:256:4:1"]
+    ["auto", "fast:64:2:1", "fast:128:4:1", "dotx:64:4:1", "dotx:128:4:1", "dotx:256:4:1"]
+    + ["dot:32:4:4", "dot:32:8:4", "dot:64:4:1", "dot:64:8:1", "dot:128:4:1", "dot:128:8:1", "dot:128:16:1",
+       "dot:256:4:1", "dot:256:8:1"]
     + ["raw:fast:128:4:1", "raw:stream:32:4:4", "raw:stream:256:2:1"]
 )
-SMALL_VARIANTS = ["generic", "auto", "fast:8:2:4", "fast:32:4:4", "fast:16:1:2:tree", "dot:8:2:4", "dot:16:4:2:tree",
+SMALL_VARIANTS = ["generic", "auto", "fast:8:2:4", "fast:32:4:4", "fast:16:1:2:tree", "dot:8:2:4", "dot:16:4:2:tree", "dotx:8:2:4",
                   "staged:8:2:4", "staged:32:2:2:8", "staged:16:4:2:8:tree"]
 
 
-VARIANT_SYNTAX = ("generic | auto | fast:LANES:ROWS[:TEAMS[:subgroup|tree]] | dot:LANES:ROWS[:TEAMS[:subgroup|tree]] | "
+VARIANT_SYNTAX = ("generic | auto | fast:LANES:ROWS[:TEAMS[:subgroup|tree]] | dot[x]:LANES:ROWS[:TEAMS[:subgroup|tree]] | "
                   "staged:LANES:ROWS:TEAMS[:CHUNK|TILEk[:subgroup|tree]] | raw:<fast or staged spec> | raw:stream:LANES:ROWS[:TEAMS]")
 
 
@@ -67,10 +68,12 @@ def parse_variant(spec: str) -> dict:
     parts = spec.split(":")
     staged = parts[0] == "staged"
     longest = 6 if staged else 5
-    if parts[0] not in ("fast", "dot", "staged") or not (4 if staged else 3) <= len(parts) <= longest:
+    if parts[0] not in ("fast", "dot", "dotx", "staged") or not (4 if staged else 3) <= len(parts) <= longest:
         raise SystemExit(f"bad variant {spec!r}: {VARIANT_SYNTAX}")
     cfg = {"kernel": "fast", "lanes": int(parts[1]), "rows": int(parts[2]), "staged": staged,
-           "dot": parts[0] == "dot"}
+           "dot": parts[0] in ("dot", "dotx")}
+    if cfg["dot"]:
+        cfg["xq"] = "lane" if parts[0] == "dot" else "dispatch"
     if len(parts) >= 4:
         cfg["teams"] = int(parts[3])
     if staged and len(parts) >= 5 and parts[4]:  # blocks per chunk, or a tile limit as 8k, 32k

@@ -46,9 +46,12 @@
 // The per-block integer sums stay below 2^24 (Q8_0: 2^26, rounded once), so the only error
 // beside fp32 rounding is the quantization of x: NMSE about 2e-10 for uniform x (1e-9 with
 // heavy tails) against the float64 oracle, under the case tolerance of 1e-8.
-// (the same arithmetic as qmatvec_xq.comp, one invocation per block of 32) into shared memory
-// before its rows: no second dispatch and barrier per call (about 4 us on the H200), at the
-// price of XW = n_cols / 4 (spec constant 3) words of shared memory per half.
+// Lane variants (*.dotl.*): binding 1 is x itself; each lane quantizes the x elements of its
+// own unit (8 elements, 16 for each half of a Q4_K unit) with their own scale, once for its
+// ROWS rows: no second dispatch and no sharing, and a finer scale than the blocks of 32.
+// (Quantizing x inside every workgroup instead, to save the second dispatch and its barrier,
+// about 4 us per call on the H200, was 2-10x slower there: each workgroup of a few rows
+// repeats the whole of x's quantization.  probes/20261203T1345-probe_qmatvec-dot-fused.log)
 //
 // kbench: variant q4_0.sg QT_Q4_0 USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_0.tree QT_Q4_0
@@ -66,6 +69,14 @@
 // kbench: variant q4_k.dot.tree QT_Q4_K DOT target=vulkan1.1
 // kbench: variant q6_k.dot.sg QT_Q6_K DOT USE_SUBGROUP target=vulkan1.1
 // kbench: variant q6_k.dot.tree QT_Q6_K DOT target=vulkan1.1
+// kbench: variant q4_0.dotl.sg QT_Q4_0 DOT DOT_LANE USE_SUBGROUP target=vulkan1.1
+// kbench: variant q4_0.dotl.tree QT_Q4_0 DOT DOT_LANE target=vulkan1.1
+// kbench: variant q8_0.dotl.sg QT_Q8_0 DOT DOT_LANE USE_SUBGROUP target=vulkan1.1
+// kbench: variant q8_0.dotl.tree QT_Q8_0 DOT DOT_LANE target=vulkan1.1
+// kbench: variant q4_k.dotl.sg QT_Q4_K DOT DOT_LANE USE_SUBGROUP target=vulkan1.1
+// kbench: variant q4_k.dotl.tree QT_Q4_K DOT DOT_LANE target=vulkan1.1
+// kbench: variant q6_k.dotl.sg QT_Q6_K DOT DOT_LANE USE_SUBGROUP target=vulkan1.1
+// kbench: variant q6_k.dotl.tree QT_Q6_K DOT DOT_LANE target=vulkan1.1
 // kbench: variant q4_0.stream.raw.sg QT_Q4_0 RAW_ONLY STREAM_ONLY USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_0.staged.sg QT_Q4_0 STAGED USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_0.staged.tree QT_Q4_0 STAGED
@@ -126,7 +137,7 @@ layout(std430, binding = 0) readonly buffer Weights4 { uvec4 wq4[]; };
 layout(std430, binding = 0) readonly buffer WeightsS { uvec4 ws4[]; };
 #endif
 #endif
-#if defined(DOT)
+#if defined(DOT) && !defined(DOT_LANE)
 // quantized x (qmatvec_xq.comp): lo bytes at word 0, hi bytes at word XHI = 8 * blocks of 32,
 // the block scales (float bits) at word XSC = 16 * blocks
 layout(std430, binding = 1) readonly buffer InputQ { uint xw[]; };
@@ -195,6 +206,40 @@ uint rowoff[ROWS];
 uint XHI, XSC;  // word offsets of x's high bytes and scales (set by main from n_cols)
 const uint ONES = 0x01010101u;
 #endif
+#if defined(DOT_LANE)
+const float QMAX = 32639.0;  // 127 * 256 + 127, as in qmatvec_xq.comp
+
+uint pack_bytes(ivec4 v) {
+    uvec4 b = uvec4(v) & 0xFFu;
+    return b.x | (b.y << 8) | (b.z << 16) | (b.w << 24);
+}
+
+float amax4(vec4 v) {
+    vec4 a = abs(v);
+    return max(max(a.x, a.y), max(a.z, a.w));
+}
+
+bool finite4(vec4 v) {
+    return !any(isnan(v)) && !any(isinf(v));
+}
+
+// 1 / scale for elements of maximum m (0 for an all-zero or non-finite group)
+float qinv(float m, bool finite) {
+    return finite && m > 0.0 ? QMAX / m : 0.0;
+}
+
+// the scale (NaN for a group holding a NaN or an infinity, so its rows come out NaN)
+float qscale(float m, bool finite) {
+    return finite ? m * (1.0 / QMAX) : uintBitsToFloat(0x7FC00000u);
+}
+
+// (lo, hi) byte words of 4 elements: q = round(v * inv) = 256 * hi + lo
+uvec2 qsplit(vec4 v, float inv) {
+    ivec4 q = clamp(ivec4(roundEven(v * inv)), ivec4(-32639), ivec4(32639));
+    ivec4 lo = ((q + 128) & 255) - 128;
+    return uvec2(pack_bytes(lo), pack_bytes((q - lo) >> 8));
+}
+#endif
 
 // adds unit u of every row (u counts units from the start of the row) to acc
 void accumulate(uint u) {
@@ -211,9 +256,18 @@ void accumulate(uint u) {
 #elif defined(DOT) && defined(QT_Q4_0)
     uint b = u >> 2;
     uint k = u & 3u;
+#if defined(DOT_LANE)
+    vec4 xa = x4[8u * b + k], xb = x4[8u * b + 4u + k];
+    bool fin = finite4(xa) && finite4(xb);
+    float m = max(amax4(xa), amax4(xb));
+    float inv = qinv(m, fin), sx = qscale(m, fin);
+    uvec2 qa = qsplit(xa, inv), qb = qsplit(xb, inv);
+    uint l0 = qa.x, h0 = qa.y, l1 = qb.x, h1 = qb.y;
+#else
     uint l0 = XLO(8u * b + k), l1 = XLO(8u * b + 4u + k);              // elements 4k.., 16+4k..
     uint h0 = XHIW(8u * b + k), h1 = XHIW(8u * b + 4u + k);
     float sx = XSCALE(b);
+#endif
     // nibble v is the weight + 8: sum (v - 8) q = sum v q - 8 sum q
     int qsum = 256 * (sdot(h0, ONES, 0) + sdot(h1, ONES, 0)) + sdot(l0, ONES, 0) + sdot(l1, ONES, 0);
     for (uint r = 0u; r < ROWS; ++r) {
@@ -230,9 +284,18 @@ void accumulate(uint u) {
     uint b = u >> 2;
     uint k = u & 3u;
     uint wl = 8u * b + 2u * k;  // elements 8k .. 8k+7
+#if defined(DOT_LANE)
+    vec4 xa = x4[wl], xb = x4[wl + 1u];
+    bool fin = finite4(xa) && finite4(xb);
+    float m = max(amax4(xa), amax4(xb));
+    float inv = qinv(m, fin), sx = qscale(m, fin);
+    uvec2 qa = qsplit(xa, inv), qb = qsplit(xb, inv);
+    uint l0 = qa.x, h0 = qa.y, l1 = qb.x, h1 = qb.y;
+#else
     uint l0 = XLO(wl), l1 = XLO(wl + 1u);
     uint h0 = XHIW(wl), h1 = XHIW(wl + 1u);
     float sx = XSCALE(b);
+#endif
     for (uint r = 0u; r < ROWS; ++r) {
         uint blk = rowoff[r] + 34u * b;
         uvec2 q = load8(blk + 2u + 8u * k);
@@ -248,10 +311,38 @@ void accumulate(uint u) {
     uint i = u & 7u;
     uint g = i >> 1;
     uint xbase = 64u * b + 16u * g + 4u * (i & 1u);
+#if defined(DOT_LANE)
+    uvec4 L0, L1, H0, H1;
+    float sx0, sx1;
+    {
+        vec4 xl[4], xh[4];
+        bool f0 = true, f1 = true;
+        float m0 = 0.0, m1 = 0.0;
+        for (uint w = 0u; w < 4u; ++w) {
+            xl[w] = x4[xbase + w];
+            xh[w] = x4[xbase + 8u + w];
+            f0 = f0 && finite4(xl[w]);
+            f1 = f1 && finite4(xh[w]);
+            m0 = max(m0, amax4(xl[w]));
+            m1 = max(m1, amax4(xh[w]));
+        }
+        float inv0 = qinv(m0, f0), inv1 = qinv(m1, f1);
+        sx0 = qscale(m0, f0);
+        sx1 = qscale(m1, f1);
+        for (uint w = 0u; w < 4u; ++w) {
+            uvec2 a = qsplit(xl[w], inv0), c = qsplit(xh[w], inv1);
+            L0[w] = a.x;
+            H0[w] = a.y;
+            L1[w] = c.x;
+            H1[w] = c.y;
+        }
+    }
+#else
     uvec4 L0 = XLO4(xbase >> 2), L1 = XLO4((xbase + 8u) >> 2);
     uvec4 H0 = XHI4(xbase >> 2), H1 = XHI4((xbase + 8u) >> 2);
     float sx0 = XSCALE(8u * b + 2u * g);
     float sx1 = XSCALE(8u * b + 2u * g + 1u);
+#endif
     int s0 = 0, s1 = 0;
     for (uint w = 0u; w < 4u; ++w) {
         s0 += 256 * sdot(H0[w], ONES, 0) + sdot(L0[w], ONES, 0);
@@ -297,11 +388,24 @@ void accumulate(uint u) {
     float sxk[4];
     int qs[4];
     for (uint kk = 0u; kk < 4u; ++kk) {
+#if defined(DOT_LANE)
+        vec4 xa = x4[xbase + 8u * kk], xb = x4[xbase + 8u * kk + 1u];
+        bool fin = finite4(xa) && finite4(xb);
+        float m = max(amax4(xa), amax4(xb));
+        float inv = qinv(m, fin);
+        sxk[kk] = qscale(m, fin);
+        uvec2 qa = qsplit(xa, inv), qb = qsplit(xb, inv);
+        xl[2u * kk] = qa.x;
+        xh[2u * kk] = qa.y;
+        xl[2u * kk + 1u] = qb.x;
+        xh[2u * kk + 1u] = qb.y;
+#else
         for (uint w = 0u; w < 2u; ++w) {
             xl[2u * kk + w] = XLO(xbase + 8u * kk + w);
             xh[2u * kk + w] = XHIW(xbase + 8u * kk + w);
         }
         sxk[kk] = XSCALE(8u * b + 4u * n + kk);
+#endif
         qs[kk] = 256 * (sdot(xh[2u * kk], ONES, 0) + sdot(xh[2u * kk + 1u], ONES, 0))
                + (sdot(xl[2u * kk], ONES, 0) + sdot(xl[2u * kk + 1u], ONES, 0));
     }

@@ -46,14 +46,20 @@ CONFIGS = {
                                        "reduce": "tree", "dot": False}}, "fast"),
     "fast-nosg-l4r1": ({"use_subgroups": False, "qmatvec": {"kernel": "fast", "lanes": 4, "rows": 1, "dot": False}},
                        "fast"),
-    # integer dot products on quantized x
-    "dot-sg-l8r2": ({"qmatvec": {"kernel": "fast", "lanes": 8, "rows": 2, "reduce": "subgroup", "dot": True}}, "dot"),
-    "dot-sg-l32r4": ({"qmatvec": {"kernel": "fast", "lanes": 32, "rows": 4, "dot": True}}, "dot"),
+    # integer dot products on x quantized by a first dispatch (qmatvec_xq.comp)
+    "dot-sg-l8r2": ({"qmatvec": {"kernel": "fast", "lanes": 8, "rows": 2, "reduce": "subgroup", "dot": True,
+                                 "xq": "dispatch"}}, "dot"),
+    "dot-sg-l32r4": ({"qmatvec": {"kernel": "fast", "lanes": 32, "rows": 4, "dot": True, "xq": "dispatch"}}, "dot"),
     "dot-tree-l16r3t3": ({"qmatvec": {"kernel": "fast", "lanes": 16, "rows": 3, "teams": 3, "reduce": "tree",
-                                      "dot": True}}, "dot"),
-    "dot-nosg-l4r1": ({"use_subgroups": False, "qmatvec": {"kernel": "fast", "lanes": 4, "rows": 1, "dot": True}},
-                      "dot"),
-    "dot-sg-l8r2t4": ({"qmatvec": {"kernel": "fast", "lanes": 8, "rows": 2, "teams": 4, "dot": True}}, "dot"),
+                                      "dot": True, "xq": "dispatch"}}, "dot"),
+    "dot-nosg-l4r1": ({"use_subgroups": False, "qmatvec": {"kernel": "fast", "lanes": 4, "rows": 1, "dot": True,
+                                                           "xq": "dispatch"}}, "dot"),
+    # ... and on x quantized by every lane for its own unit (variant *.dotl.*)
+    "dotl-sg-l8r2t4": ({"qmatvec": {"kernel": "fast", "lanes": 8, "rows": 2, "teams": 4, "dot": True,
+                                    "xq": "lane"}}, "dot"),
+    "dotl-sg-l32r4": ({"qmatvec": {"kernel": "fast", "lanes": 32, "rows": 4, "dot": True, "xq": "lane"}}, "dot"),
+    "dotl-tree-l16r3t3": ({"qmatvec": {"kernel": "fast", "lanes": 16, "rows": 3, "teams": 3, "reduce": "tree",
+                                       "dot": True, "xq": "lane"}}, "dot"),
     # staged through shared memory (rows of a multiple of 16 bytes; other shapes fall back to
     # the unstaged kernel): one chunk per row, several chunks, a tile not a multiple of WG
     "staged-sg-l8r2t4": ({"qmatvec": {"kernel": "fast", "lanes": 8, "rows": 2, "teams": 4, "staged": True,
@@ -141,7 +147,10 @@ def test_qmatvec_variant_matches_float64(backends, cfg, dtype):
             staged_shapes.append((n_rows, n_cols, n_cols // dtype.block_elems // kernel.spec[3]))
         if family != "auto":
             assert kernel.spv.startswith("qmatvec." if family == "generic" else "qmatvec_fast."), kernel
-            assert (".dot." in kernel.spv) == (family == "dot"), kernel
+            assert (".dot" in kernel.spv) == (family == "dot"), kernel
+            if family == "dot":
+                lane = CONFIGS[cfg][0]["qmatvec"]["xq"] == "lane"
+                assert (".dotl." in kernel.spv) == lane and KernelPolicy.qmatvec_uses_xq(kernel) != lane, kernel
         W = rng.uniform(-1, 1, (n_rows, n_cols)).astype(np.float32)
         x = rng.uniform(-1, 1, n_cols).astype(np.float32)
         data = quantize(W, dtype)
@@ -223,12 +232,17 @@ def test_policy_picks_the_fast_kernel_only_where_it_was_tuned():
 def test_policy_takes_the_integer_dot_variant_where_the_device_has_it():
     feats = {"subgroup_basic": True, "subgroup_arithmetic": True, "integer_dot_product": True}
     gpu = KernelPolicy(_props(features=feats))
-    assert ".dot." not in gpu.qmatvec(DType.Q4_0, 1024, 1023).spv, "below 2^20 weights: exact fp32"
-    assert ".dot." in gpu.qmatvec(DType.Q4_0, 1024, 1024).spv
+    assert ".dot" not in gpu.qmatvec(DType.Q4_0, 1024, 1023).spv, "below 2^20 weights: exact fp32"
+    assert ".dot" in gpu.qmatvec(DType.Q4_0, 1024, 1024).spv
     for dt in QMATVEC_FAST_DTYPES:
-        k = gpu.qmatvec(dt, 4096, 14336)
-        assert ".dot." in k.spv and KernelPolicy.qmatvec_uses_xq(k), (dt, k)
-    assert gpu.qmatvec(DType.Q4_0, 4096, 14336).spv == "qmatvec_fast.q4_0.dot.sg.spv"
+        k = gpu.qmatvec(dt, 4096, 14336)  # x quantized in registers by each lane: no first dispatch
+        assert ".dotl." in k.spv and not KernelPolicy.qmatvec_uses_xq(k), (dt, k)
+    assert gpu.qmatvec(DType.Q4_0, 4096, 14336).spv == "qmatvec_fast.q4_0.dotl.sg.spv"
+    gpu.configure_qmatvec(xq="dispatch")
+    k = gpu.qmatvec(DType.Q4_0, 4096, 14336)
+    assert k.spv == "qmatvec_fast.q4_0.dot.sg.spv" and KernelPolicy.qmatvec_uses_xq(k), k
+    with pytest.raises(ValueError, match="xq must be lane or dispatch"):
+        gpu.configure_qmatvec(xq="shared")
     assert not KernelPolicy.qmatvec_uses_xq(gpu.qmatvec(DType.Q5_K, 4096, 14336)), "no dot kernel for Q5_K"
     gpu.configure_qmatvec(dot=False)
     assert gpu.qmatvec(DType.Q4_0, 4096, 14336).spv == "qmatvec_fast.q4_0.sg.spv"
@@ -285,7 +299,7 @@ def test_x_quantizer_keeps_16_bits_per_element_in_blocks_of_32():
 
 
 @pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
-@pytest.mark.parametrize("cfg", ["dot-sg-l32r4", "dot-nosg-l4r1"])
+@pytest.mark.parametrize("cfg", ["dot-sg-l32r4", "dot-nosg-l4r1", "dotl-sg-l32r4", "dotl-tree-l16r3t3"])
 def test_integer_dot_path_turns_nan_or_inf_in_x_into_nan_rows(backends, cfg):
     be = _backend(backends, cfg)
     n_rows, n_cols = 5, 512

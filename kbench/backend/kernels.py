@@ -452,9 +452,11 @@ class KernelPolicy:
         row and staged chunk), ``tile_kib`` (the staged tile's size limit when ``chunk`` is
         not given) and ``dot`` (True: the integer-dot variant on x quantized to 16 bits per
         element, see shaders/qmatvec_xq.comp; False: exact fp32 decoding; default: QMATVEC_DOT
-        where the device has shaderIntegerDotProduct, from QMATVEC_DOT_MIN_ELEMS weights)."""
+        where the device has shaderIntegerDotProduct, from QMATVEC_DOT_MIN_ELEMS weights) and,
+        for it, ``xq`` ("lane": every lane quantizes its own unit's x; "dispatch": a first
+        qmatvec_xq dispatch quantizes x once; default QMATVEC_XQ)."""
         cfg = dict(config or {}, **knobs)
-        unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot"}
+        unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot", "xq"}
         if unknown:
             raise ValueError(f"qmatvec config: unknown keys {sorted(unknown)}")
         if cfg.get("kernel", "auto") not in ("auto", "fast", "generic"):
@@ -467,6 +469,8 @@ class KernelPolicy:
             raise ValueError(f"qmatvec config: staged must be True or False, got {cfg['staged']!r}")
         if cfg.get("dot") is not None and not isinstance(cfg["dot"], bool):
             raise ValueError(f"qmatvec config: dot must be True or False, got {cfg['dot']!r}")
+        if cfg.get("xq", "lane") not in ("lane", "dispatch"):
+            raise ValueError(f"qmatvec config: xq must be lane or dispatch, got {cfg['xq']!r}")
         if cfg.get("dot") and not self.has_int_dot:
             raise ValueError("qmatvec config: dot=True needs shaderIntegerDotProduct, which this device lacks")
         if cfg.get("dot") and cfg.get("staged"):
@@ -540,7 +544,8 @@ class KernelPolicy:
             dot = (self.QMATVEC_DOT and self.has_int_dot and not cfg.get("staged")
                    and n_rows * n_cols >= self.QMATVEC_DOT_MIN_ELEMS)
         if dot:
-            return Kernel(f"qmatvec_fast.{name}.dot.{variant}.spv", (wg, lanes, rows), PUSH_QMATVEC)
+            kind = "dotl" if cfg.get("xq", self.QMATVEC_XQ) == "lane" else "dot"
+            return Kernel(f"qmatvec_fast.{name}.{kind}.{variant}.spv", (wg, lanes, rows), PUSH_QMATVEC)
         chunk = None
         if cfg.get("staged", self.QMATVEC_STAGED):
             chunk = self.qmatvec_chunk(dtype, n_cols, teams * rows, wg, rows, cfg.get("chunk"),
@@ -558,6 +563,8 @@ class KernelPolicy:
     #: are bound by latency, not decoding, and a few rows' NMSE is one row's relative error,
     #: which x's 16-bit quantization can push past 1e-8 where a row's sum nearly cancels
     QMATVEC_DOT_MIN_ELEMS = 1 << 20
+    #: how the integer-dot kernels get quantized x: "lane" (in registers, per unit) or "dispatch"
+    QMATVEC_XQ = "lane"
 
     @staticmethod
     def qmatvec_uses_xq(kernel: Kernel) -> bool:
