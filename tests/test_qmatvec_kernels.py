@@ -235,12 +235,12 @@ def test_policy_takes_the_integer_dot_variant_where_the_device_has_it():
     assert ".dot" not in gpu.qmatvec(DType.Q4_0, 1024, 1023).spv, "below 2^20 weights: exact fp32"
     assert ".dot" in gpu.qmatvec(DType.Q4_0, 1024, 1024).spv
     for dt in QMATVEC_FAST_DTYPES:
-        k = gpu.qmatvec(dt, 4096, 14336)  # x quantized in registers by each lane: no first dispatch
-        assert ".dotl." in k.spv and not KernelPolicy.qmatvec_uses_xq(k), (dt, k)
-    assert gpu.qmatvec(DType.Q4_0, 4096, 14336).spv == "qmatvec_fast.q4_0.dotl.sg.spv"
-    gpu.configure_qmatvec(xq="dispatch")
+        k = gpu.qmatvec(dt, 4096, 14336)  # x quantized by a first dispatch (qmatvec_xq)
+        assert ".dot." in k.spv and KernelPolicy.qmatvec_uses_xq(k), (dt, k)
+    assert gpu.qmatvec(DType.Q4_0, 4096, 14336).spv == "qmatvec_fast.q4_0.dot.sg.spv"
+    gpu.configure_qmatvec(xq="lane")
     k = gpu.qmatvec(DType.Q4_0, 4096, 14336)
-    assert k.spv == "qmatvec_fast.q4_0.dot.sg.spv" and KernelPolicy.qmatvec_uses_xq(k), k
+    assert k.spv == "qmatvec_fast.q4_0.dotl.sg.spv" and not KernelPolicy.qmatvec_uses_xq(k), k
     with pytest.raises(ValueError, match="xq must be lane or dispatch"):
         gpu.configure_qmatvec(xq="shared")
     assert not KernelPolicy.qmatvec_uses_xq(gpu.qmatvec(DType.Q5_K, 4096, 14336)), "no dot kernel for Q5_K"

@@ -563,8 +563,10 @@ class KernelPolicy:
     #: are bound by latency, not decoding, and a few rows' NMSE is one row's relative error,
     #: which x's 16-bit quantization can push past 1e-8 where a row's sum nearly cancels
     QMATVEC_DOT_MIN_ELEMS = 1 << 20
-    #: how the integer-dot kernels get quantized x: "lane" (in registers, per unit) or "dispatch"
-    QMATVEC_XQ = "lane"
+    #: how the integer-dot kernels get quantized x: "dispatch" (qmatvec_xq first; H200 probe
+    #: 2026-12-03: 5-20% faster than exact fp32 decoding for Q4_0/Q8_0/Q4_K, even for Q6_K) or
+    #: "lane" (in registers, per unit; correct on lavapipe, not yet timed on a GPU)
+    QMATVEC_XQ = "dispatch"
 
     @staticmethod
     def qmatvec_uses_xq(kernel: Kernel) -> bool:
