@@ -198,7 +198,7 @@ class KernelPolicy:
         self.matmul_f16_tile = self._pick_matmul_f16_tile(matmul_f16_tile)
         # the ops ask for the same few kernels over and over: memoize per instance
         for name in ("elementwise", "copy", "reduction", "reduction_plan", "matmul", "matmul_f16", "rope", "attn_score",
-                     "attn_value", "attn_combine", "qmatvec", "grid_1d"):
+                     "attn_value", "attn_combine", "qmatvec", "qmatvec_xq", "grid_1d"):
             setattr(self, name, functools.lru_cache(maxsize=256)(getattr(self, name)))
 
     # -- grids ---------------------------------------------------------------------------------
