@@ -40,9 +40,15 @@ _ENABLE = {
     "f11": ["storageBuffer16BitAccess", "uniformAndStorageBuffer16BitAccess"],
     "f12": ["shaderFloat16", "shaderInt8", "storageBuffer8BitAccess", "uniformAndStorageBuffer8BitAccess",
             "vulkanMemoryModel", "vulkanMemoryModelDeviceScope", "hostQueryReset", "timelineSemaphore"],
-    "f13": ["subgroupSizeControl", "computeFullSubgroups", "shaderIntegerDotProduct", "maintenance4"],
+    "f13": ["subgroupSizeControl", "computeFullSubgroups", "shaderIntegerDotProduct", "maintenance4", "synchronization2"],
     "coop": ["cooperativeMatrix"],
 }
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int (bytes), got {value!r}")
+    return value
 
 
 class Manager:
@@ -55,6 +61,8 @@ class Manager:
 
     #: default for :attr:`wait_spin_ns`: how long eval_await polls before it blocks
     DEFAULT_WAIT_SPIN_NS = 1_000_000
+    DEFAULT_STREAM_MIN_BYTES = 16 << 20
+    DEFAULT_TRANSFER_CHUNK_BYTES = 4 << 20
 
     def __init__(self, device: int = 0, family_queue_indices: Iterable[int] | None = None,
                  desired_extensions: Iterable[str] | None = None, *, validation: bool | None = None):
@@ -190,6 +198,35 @@ class Manager:
             raise ValueError(f"wait_spin_ns must be a non-negative int (nanoseconds), got {value!r}")
         self._wait_spin_ns = value
 
+    @property
+    def stream_min_bytes(self) -> int:
+        """Syncs and reads of at least this many bytes are streamed in chunks, the host's copies
+        overlapping the GPU's (kbench.runtime.transfer); KBENCH_STREAM_TRANSFERS=0 turns it off."""
+        return self._stream_min_bytes
+
+    @stream_min_bytes.setter
+    def stream_min_bytes(self, value: int) -> None:
+        self._stream_min_bytes = _positive_int("stream_min_bytes", value)
+
+    @property
+    def transfer_chunk_bytes(self) -> int:
+        """Bytes per chunk of a streamed transfer."""
+        return self._transfer_chunk_bytes
+
+    @transfer_chunk_bytes.setter
+    def transfer_chunk_bytes(self, value: int) -> None:
+        self._transfer_chunk_bytes = _positive_int("transfer_chunk_bytes", value)
+
+    def _can_stream(self, direction: str) -> bool:
+        """Whether transfers in ``direction`` may be streamed: downloads signal the host with
+        vkCmdSetEvent2, which needs synchronization2 (Vulkan 1.3)."""
+        if os.environ.get("KBENCH_STREAM_TRANSFERS", "1") == "0":
+            return False
+        if direction == "up":
+            return True
+        f13 = self._enabled.get("f13") if isinstance(self._enabled, dict) else None
+        return bool(f13 is not None and f13.synchronization2)
+
     def get_stats(self) -> dict[str, int]:
         """Live object counts (for leak checks)."""
         s = dict(self._stats)
@@ -229,10 +266,12 @@ class Manager:
         self._descriptors = None
         self._staging = None
         self._pipeline_cache = None
-        self._stats = {"buffers": 0, "buffer_bytes": 0, "pipelines": 0, "descriptor_sets": 0, "sequences": 0}
+        self._stats = {"buffers": 0, "buffer_bytes": 0, "pipelines": 0, "descriptor_sets": 0, "sequences": 0, "events": 0}
         self._lock = threading.RLock()
         self._teardown_pending = False
         self._wait_spin_ns = self.DEFAULT_WAIT_SPIN_NS
+        self._stream_min_bytes = self.DEFAULT_STREAM_MIN_BYTES
+        self._transfer_chunk_bytes = self.DEFAULT_TRANSFER_CHUNK_BYTES
 
     def _queue_lock(self, q) -> threading.Lock:
         return threading.Lock()

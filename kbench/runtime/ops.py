@@ -13,6 +13,7 @@ import numpy as np
 from ._vk import ffi, lib, vk
 from .algorithm import Algorithm, _as_constants, check_push_constants
 from .tensor import Tensor, TensorTypes
+from .transfer import StagedTransfer, as_bytes, host_copy, mapped_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     from .sequence import Sequence
@@ -97,6 +98,12 @@ class OpBase:
     def pre_eval(self, seq: "Sequence") -> None:
         pass
 
+    def after_submit(self, seq: "Sequence") -> None:
+        """Host work that overlaps the submitted GPU work (streamed uploads)."""
+
+    def while_waiting(self, seq: "Sequence", fence_done) -> None:
+        """Host work done in a blocking ``eval_await`` before the fence (streamed downloads)."""
+
     def post_eval(self, seq: "Sequence") -> None:
         pass
 
@@ -109,14 +116,46 @@ class OpBase:
 
 class _StagingOp(OpBase):
     _staging = None
+    _transfer: StagedTransfer | None = None
 
     def _acquire(self, seq: "Sequence", nbytes: int):
         if self._staging is None or self._staging.size < nbytes:
-            self.release()
+            if self._staging is not None:
+                st, self._staging = self._staging, None
+                st.mgr._staging.release(st)
             self._staging = seq._mgr._staging.acquire(nbytes)
         return self._staging
 
+    def _record_transfer(self, seq: "Sequence", direction: str, ranges) -> None:
+        """Record a staged copy of ``ranges`` (device buffer, device offset, bytes)."""
+        if self._transfer is not None:
+            self._transfer.destroy()
+        self._transfer = StagedTransfer(seq._mgr, direction, ranges)
+        self._transfer.record(seq, self._acquire(seq, self._transfer.total))
+
+    def _hosts(self) -> list[np.ndarray]:  # pragma: no cover - overridden by the transfer ops
+        return []
+
+    def pre_eval(self, seq):
+        if self._transfer is not None:
+            self._transfer.before_submit(self._staging, self._hosts())
+
+    def after_submit(self, seq):
+        if self._transfer is not None:
+            self._transfer.after_submit(self._staging, self._hosts())
+
+    def while_waiting(self, seq, fence_done):
+        if self._transfer is not None:
+            self._transfer.while_waiting(self._staging, self._hosts(), fence_done)
+
+    def post_eval(self, seq):
+        if self._transfer is not None:
+            self._transfer.after_wait(self._staging, self._hosts())
+
     def release(self) -> None:
+        if self._transfer is not None:
+            tr, self._transfer = self._transfer, None
+            tr.destroy()
         if self._staging is not None:
             st, self._staging = self._staging, None
             st.mgr._staging.release(st)
@@ -129,7 +168,10 @@ class _StagingOp(OpBase):
 
 
 class OpTensorSyncDevice(_StagingOp):
-    """Copy host-side data of ``device`` tensors to the device (no-op for the other types)."""
+    """Copy host-side data of ``device`` tensors to the device (no-op for the other types).
+
+    Large syncs are streamed: the GPU copies each chunk as soon as the host threads have put it
+    into staging (kbench.runtime.transfer)."""
 
     def __init__(self, tensors: Seq[Tensor]):
         self.tensors = _tensor_list(tensors, "OpTensorSyncDevice")
@@ -142,24 +184,21 @@ class OpTensorSyncDevice(_StagingOp):
 
     def record(self, seq):
         dts = self._device_tensors()
-        if not dts:
-            return
-        st = self._acquire(seq, sum(t.nbytes() for t in dts))
-        off = 0
-        for t in dts:
-            seq._cmd_copy(st.handle, t._vk_buffer, off, 0, t.nbytes())
-            off += t.nbytes()
+        if dts:
+            self._record_transfer(seq, "up", [(t._vk_buffer, 0, t.nbytes()) for t in dts])
 
-    def pre_eval(self, seq):
-        off = 0
-        for t in self._device_tensors():
+    def _hosts(self):
+        dts = self._device_tensors()
+        for t in dts:
             t._check()
-            ffi.memmove(self._staging.ptr + off, ffi.from_buffer(t._host), t.nbytes())
-            off += t.nbytes()
+        return [as_bytes(t._host) for t in dts]
 
 
 class OpTensorSyncLocal(_StagingOp):
-    """Make device results visible in ``tensor.data()`` after the sequence's wait."""
+    """Make device results visible in ``tensor.data()`` after the sequence's wait.
+
+    Large syncs are streamed: the host threads copy each chunk out of staging while the GPU
+    copies the next (kbench.runtime.transfer)."""
 
     def __init__(self, tensors: Seq[Tensor]):
         self.tensors = _tensor_list(tensors, "OpTensorSyncLocal")
@@ -173,21 +212,15 @@ class OpTensorSyncLocal(_StagingOp):
     def record(self, seq):
         dts = self._device_tensors()
         if dts:
-            st = self._acquire(seq, sum(t.nbytes() for t in dts))
-            off = 0
-            for t in dts:
-                seq._cmd_copy(t._vk_buffer, st.handle, 0, off, t.nbytes())
-                off += t.nbytes()
+            self._record_transfer(seq, "down", [(t._vk_buffer, 0, t.nbytes()) for t in dts])
         seq._cmd_barrier(vk.VK_PIPELINE_STAGE_TRANSFER_BIT | vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                          vk.VK_PIPELINE_STAGE_HOST_BIT,
                          vk.VK_ACCESS_TRANSFER_WRITE_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT, vk.VK_ACCESS_HOST_READ_BIT)
 
-    def post_eval(self, seq):
-        off = 0
-        for t in self._device_tensors():
-            if t._host is not None:
-                ffi.memmove(ffi.from_buffer(t._host), self._staging.ptr + off, t.nbytes())
-            off += t.nbytes()
+    def _hosts(self):
+        # a tensor destroyed since recording has no host array: its bytes go to a scratch sink
+        return [as_bytes(t._host) if t._host is not None else np.empty(t.nbytes(), np.uint8)
+                for t in self._device_tensors()]
 
 
 class OpTensorCopy(OpBase):
@@ -354,7 +387,7 @@ class OpTensorWrite(_StagingOp):
         if self.data is not None:  # first recording: capture the bytes (rerecord reuses them)
             self.nbytes = self.data.nbytes
             st = self._acquire(seq, self.nbytes)
-            ffi.memmove(st.ptr, ffi.from_buffer(self.data), self.nbytes)
+            host_copy(mapped_bytes(st.ptr, self.nbytes), as_bytes(self.data))
             self.data = None  # do not keep the caller's buffer alive
         seq._cmd_copy(self._staging.handle, self.tensor._vk_buffer, 0, self.offset, self.nbytes)
 
@@ -370,14 +403,12 @@ class OpTensorRead(_StagingOp):
         return [(self.tensor, False)]
 
     def record(self, seq):
-        n = self.out.nbytes
-        st = self._acquire(seq, n)
-        seq._cmd_copy(self.tensor._vk_buffer, st.handle, self.offset, 0, n)
+        self._record_transfer(seq, "down", [(self.tensor._vk_buffer, self.offset, self.out.nbytes)])
         seq._cmd_barrier(vk.VK_PIPELINE_STAGE_TRANSFER_BIT, vk.VK_PIPELINE_STAGE_HOST_BIT,
                          vk.VK_ACCESS_TRANSFER_WRITE_BIT, vk.VK_ACCESS_HOST_READ_BIT)
 
-    def post_eval(self, seq):
-        ffi.memmove(ffi.from_buffer(self.out), self._staging.ptr, self.out.nbytes)
+    def _hosts(self):
+        return [as_bytes(self.out)]
 
 
 class OpTensorFill(OpBase):

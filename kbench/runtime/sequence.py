@@ -124,6 +124,12 @@ class Sequence(ManagedObject):
             res = lib.vkQueueSubmit(self._queue, 1, self._submit, self._fence)
         self._mgr._result(res, "vkQueueSubmit")
         self._running = True
+        try:
+            for o in self._ops:
+                o.after_submit(self)
+        except BaseException:
+            self.eval_await()
+            raise
         return self
 
     def eval_await(self, timeout_ns: int | None = None) -> bool:
@@ -138,6 +144,10 @@ class Sequence(ManagedObject):
             if not isinstance(timeout_ns, int) or timeout_ns < 0:
                 raise ValueError(f"timeout_ns must be a non-negative int (nanoseconds) or None, got {timeout_ns!r}")
             timeout = min(timeout_ns, UINT64_MAX)
+        if timeout_ns is None:
+            dev, fence = self._mgr._device, self._fence
+            for o in self._ops:
+                o.while_waiting(self, lambda: lib.vkGetFenceStatus(dev, fence) != vk.VK_NOT_READY)
         res = self._spin(timeout)
         if res is None:
             res = lib.vkWaitForFences(self._mgr._device, 1, self._fences, vk.VK_TRUE,

@@ -1,0 +1,275 @@
+"""Staged host<->device transfers: parallel host copies, and chunks that overlap them with the DMA.
+
+A staged upload is two copies in series: the host copies the array into mapped staging memory,
+then the GPU copies staging into device memory (a download is the reverse). One host thread
+copies at about 10 GB/s, so done in series the two copies ran at 8 GB/s end to end on an H200
+whose DMA alone moves 51 GB/s. Here large transfers are cut into chunks, one VkEvent each: an
+upload's chunks are copied by a pool of threads (NumPy releases the GIL while it copies) and
+each chunk's event is set from the host as it lands, while the GPU, already submitted, waits on
+each event and copies that chunk; a download's GPU copies set their chunk's event and the host
+copies each chunk out as soon as it is set, while the GPU copies the next.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+from . import _vk
+from ._vk import ffi, lib, vk
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .manager import Manager
+    from .sequence import Sequence
+
+#: host copies smaller than this run on the calling thread (thread hand-off costs ~10 us)
+PARALLEL_MIN_BYTES = 4 << 20
+#: bytes per piece of a parallel host copy and per chunk of a streamed transfer
+PIECE_BYTES = 4 << 20
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def copy_threads() -> int:
+    """Threads used for large host copies: KBENCH_COPY_THREADS, else min(8, CPUs)."""
+    env = os.environ.get("KBENCH_COPY_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(copy_threads(), thread_name_prefix="kbench-copy")
+        return _pool
+
+
+def mapped_bytes(ptr, nbytes: int) -> np.ndarray:
+    """A uint8 NumPy view of ``nbytes`` of mapped memory at ``ptr`` (no copy)."""
+    return np.frombuffer(ffi.buffer(ptr, nbytes), dtype=np.uint8)
+
+
+def as_bytes(data) -> np.ndarray:
+    """A flat uint8 view of a C-contiguous array or buffer (no copy)."""
+    if isinstance(data, np.ndarray):
+        return data.reshape(-1).view(np.uint8)
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+def host_copy(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[:] = src`` for flat uint8 arrays, split over the copy threads when large."""
+    n = src.size
+    if dst.size != n:
+        raise ValueError(f"host_copy: destination has {dst.size} bytes, source {n}")
+    threads = copy_threads()
+    if n < PARALLEL_MIN_BYTES or threads == 1:
+        np.copyto(dst, src)
+        return
+    step = max(PIECE_BYTES, -(-n // threads))
+    futures = [_executor().submit(np.copyto, dst[o:o + step], src[o:o + step]) for o in range(0, n, step)]
+    for f in futures:
+        f.result()
+
+
+class Chunk:
+    """One piece of a staged transfer: ``size`` bytes at ``host_offset`` of host array ``host``
+    (an index into the op's host arrays), ``staging_offset`` in staging and ``device_offset`` in
+    ``buffer``."""
+
+    __slots__ = ("host", "host_offset", "staging_offset", "buffer", "device_offset", "size")
+
+    def __init__(self, host: int, host_offset: int, staging_offset: int, buffer, device_offset: int, size: int):
+        self.host, self.host_offset, self.staging_offset = host, host_offset, staging_offset
+        self.buffer, self.device_offset, self.size = buffer, device_offset, size
+
+
+def plan_chunks(ranges: list[tuple[object, int, int]], chunk_bytes: int) -> list[Chunk]:
+    """Chunks for ``ranges`` of (device buffer, device offset, bytes), laid out back to back in
+    staging; range i is host array i."""
+    out, staged = [], 0
+    for i, (buf, dev_off, nbytes) in enumerate(ranges):
+        for o in range(0, nbytes, chunk_bytes):
+            size = min(chunk_bytes, nbytes - o)
+            out.append(Chunk(i, o, staged + o, buf, dev_off + o, size))
+        staged += nbytes
+    return out
+
+
+class StagedTransfer:
+    """The recorded half of a staged copy in one direction ("up": host to device, "down": device
+    to host) of several byte ranges through one staging buffer.
+
+    Recorded whole when small (the host copies before submission or after the wait), or as
+    streamed chunks synchronised by VkEvents when at least ``Manager.stream_min_bytes``.
+    """
+
+    def __init__(self, mgr: "Manager", direction: str, ranges: list[tuple[object, int, int]]):
+        if direction not in ("up", "down"):
+            raise ValueError(f"direction must be 'up' or 'down', got {direction!r}")
+        self.mgr = mgr
+        self.direction = direction
+        self.total = sum(n for _, _, n in ranges)
+        self.streamed = mgr._can_stream(direction) and self.total >= mgr.stream_min_bytes
+        self.chunks = plan_chunks(ranges, mgr.transfer_chunk_bytes if self.streamed else max(1, self.total))
+        self._events: list = []
+        self._done: list[bool] = []
+        self._event_array = None
+
+    # --- recording -----------------------------------------------------------------------------
+    def record(self, seq: "Sequence", staging) -> None:
+        """Record the GPU copies (and, when streamed, the event waits or signals)."""
+        if not self.streamed:
+            for c in self.chunks:
+                self._cmd_copy(seq, staging, c)
+            return
+        self._make_events(len(self.chunks))
+        if self.direction == "up":
+            mb = ffi.new("VkMemoryBarrier*", {"sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                                              "srcAccessMask": vk.VK_ACCESS_HOST_WRITE_BIT,
+                                              "dstAccessMask": vk.VK_ACCESS_TRANSFER_READ_BIT})
+            for i, c in enumerate(self.chunks):
+                # host-set events: the wait's source stage is HOST, and the barrier makes the
+                # host's writes to the (coherent) staging memory visible to the copy
+                lib.vkCmdWaitEvents(seq._cmd, 1, self._event_array + i, vk.VK_PIPELINE_STAGE_HOST_BIT,
+                                    vk.VK_PIPELINE_STAGE_TRANSFER_BIT, 1, mb, 0, ffi.NULL, 0, ffi.NULL)
+                self._cmd_copy(seq, staging, c)
+        else:
+            mb = ffi.new("VkMemoryBarrier2*", {"sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER_2,
+                                               "srcStageMask": vk.VK_PIPELINE_STAGE_2_TRANSFER_BIT,
+                                               "srcAccessMask": vk.VK_ACCESS_2_TRANSFER_WRITE_BIT,
+                                               "dstStageMask": vk.VK_PIPELINE_STAGE_2_HOST_BIT,
+                                               "dstAccessMask": vk.VK_ACCESS_2_HOST_READ_BIT})
+            dep = ffi.new("VkDependencyInfo*", {"sType": vk.VK_STRUCTURE_TYPE_DEPENDENCY_INFO,
+                                                "memoryBarrierCount": 1, "pMemoryBarriers": mb})
+            for i, c in enumerate(self.chunks):
+                self._cmd_copy(seq, staging, c)
+                # the signal carries the copy's writes to the host: once the host sees the
+                # event set, this chunk of staging holds the data
+                lib.vkCmdSetEvent2(seq._cmd, self._events[i], dep)
+
+    def _cmd_copy(self, seq: "Sequence", staging, c: Chunk) -> None:
+        if self.direction == "up":
+            seq._cmd_copy(staging.handle, c.buffer, c.staging_offset, c.device_offset, c.size)
+        else:
+            seq._cmd_copy(c.buffer, staging.handle, c.device_offset, c.staging_offset, c.size)
+
+    # --- host side, around one submission --------------------------------------------------------
+    def before_submit(self, staging, hosts: list[np.ndarray]) -> None:
+        """Upload: copy everything now unless streamed. Streamed: reset the events."""
+        if self.streamed:
+            self._done = [False] * len(self.chunks)
+            dev = self.mgr._device
+            for ev in self._events:
+                _vk.check(lib.vkResetEvent(dev, ev), "vkResetEvent")
+        elif self.direction == "up":
+            for c in self.chunks:
+                host_copy(self._staging_view(staging, c), hosts[c.host][c.host_offset:c.host_offset + c.size])
+
+    def after_submit(self, staging, hosts: list[np.ndarray]) -> None:
+        """Streamed upload: copy each chunk into staging on the copy threads and set its event
+        as it lands. Every event is set even when a copy fails, so the GPU never waits forever."""
+        if not (self.streamed and self.direction == "up"):
+            return
+        dev = self.mgr._device
+
+        def one(i: int, c: Chunk) -> None:
+            try:
+                np.copyto(self._staging_view(staging, c), hosts[c.host][c.host_offset:c.host_offset + c.size])
+            finally:
+                lib.vkSetEvent(dev, self._events[i])
+
+        futures: list[Future] = []
+        try:
+            if copy_threads() == 1:
+                for i, c in enumerate(self.chunks):
+                    one(i, c)
+            else:
+                ex = _executor()
+                futures = [ex.submit(one, i, c) for i, c in enumerate(self.chunks)]
+        finally:
+            for f in futures:
+                f.exception()  # wait for all of them before raising the first error
+            for ev in self._events:  # no-op where set; releases the GPU if submission failed midway
+                lib.vkSetEvent(dev, ev)
+        for f in futures:
+            f.result()
+
+    def while_waiting(self, staging, hosts: list[np.ndarray], fence_done: Callable[[], bool]) -> None:
+        """Streamed download: copy each chunk out as soon as its event is set (polling), on the
+        copy threads, while the GPU copies the next ones."""
+        if not (self.streamed and self.direction == "down"):
+            return
+        dev = self.mgr._device
+        ex = _executor() if copy_threads() > 1 else None
+        futures: list[Future] = []
+        try:
+            for i, c in enumerate(self.chunks):
+                polls = 0
+                while True:
+                    res = lib.vkGetEventStatus(dev, self._events[i])
+                    if res == vk.VK_EVENT_SET:
+                        break
+                    if res != vk.VK_EVENT_RESET:
+                        self.mgr._result(res, "vkGetEventStatus")
+                    polls += 1
+                    if polls % 64 == 0:
+                        if fence_done():
+                            return  # finished (or failed) without the signal: the wait reports it
+                        time.sleep(20e-6)
+                if ex is None:
+                    self._copy_out(staging, hosts, i, c)
+                else:
+                    futures.append(ex.submit(self._copy_out, staging, hosts, i, c))
+        finally:
+            for f in futures:
+                f.exception()
+        for f in futures:
+            f.result()
+
+    def after_wait(self, staging, hosts: list[np.ndarray]) -> None:
+        """Download: copy out whatever ``while_waiting`` did not."""
+        if self.direction != "down":
+            return
+        todo = [(i, c) for i, c in enumerate(self.chunks) if not (self.streamed and self._done[i])]
+        if not self.streamed:
+            for i, c in todo:
+                host_copy(hosts[c.host][c.host_offset:c.host_offset + c.size], self._staging_view(staging, c))
+            return
+        for i, c in todo:
+            self._copy_out(staging, hosts, i, c)
+
+    def _copy_out(self, staging, hosts, i: int, c: Chunk) -> None:
+        np.copyto(hosts[c.host][c.host_offset:c.host_offset + c.size], self._staging_view(staging, c))
+        self._done[i] = True
+
+    @staticmethod
+    def _staging_view(staging, c: Chunk) -> np.ndarray:
+        return mapped_bytes(staging.ptr + c.staging_offset, c.size)
+
+    # --- lifetime --------------------------------------------------------------------------------
+    def _make_events(self, count: int) -> None:
+        if len(self._events) == count:
+            return
+        self.destroy()
+        dev = self.mgr._device
+        for _ in range(count):
+            with _vk.call("vkCreateEvent"):
+                self._events.append(vk.vkCreateEvent(dev, vk.VkEventCreateInfo(), None))
+        self._event_array = ffi.new("VkEvent[]", self._events)
+        self.mgr._stats["events"] += count
+
+    def destroy(self) -> None:
+        """Free the events (the sequence holding this transfer must not be running)."""
+        if self._events and self.mgr._device is not None:
+            for ev in self._events:
+                vk.vkDestroyEvent(self.mgr._device, ev, None)
+            self.mgr._stats["events"] -= len(self._events)
+        self._events = []
+        self._event_array = None
