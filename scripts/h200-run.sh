@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The H200 runs behind results/nvidia-h200 (through the device tool; see ../shared/device/README.md):
 #   carry [".gl", ".whl"], command: bash scripts/h200-run.sh bench   (then: ... extra)
-# bench: the issue-7 cases with the PyTorch/CUDA peer in the same run (one `kbench bench`).
+# bench: the issue-7 cases with the PyTorch/CUDA peer in the same run (one `kbench bench`), the transfer probe
+#        and the streamed-transfer tests.
 # extra: kernel probes (variants, fp16 matrix-vector peer), queue configurations, validate, runtime tests.
 # Writes result runs and logs under $OUT (at most 8 files come back).
 set -u
@@ -21,6 +22,11 @@ if [ "$what" = bench ]; then
       -k "copy_roundtrip[size=536870912]" -k "issue_rate" -k "kp_sync[size=16777216,dtype=float32]")
   timeout ${BENCH_S:-540} python3 -m kbench bench --peer torch --quiet --out "$out/b" "${k[@]}" > "$out/bench.log" 2>&1
   tail -8 "$out/bench.log"
+  # the two halves of a staged transfer and the streamed syncs; the streamed-transfer tests
+  timeout ${TRANSFER_S:-60} python3 scripts/probe_transfer.py --mib 256 > "$out/probe_transfer.log" 2>&1
+  tail -14 "$out/probe_transfer.log"
+  KBENCH_VALIDATION=0 timeout ${TESTS_S:-60} python3 -m pytest tests/test_runtime_transfer.py -q -p no:cacheprovider > "$out/tests.log" 2>&1
+  tail -2 "$out/tests.log"
 else
   mkdir -p "$out/q" "$out/v"
   for p in scripts/probe_matmul.py scripts/probe_qmatvec.py; do

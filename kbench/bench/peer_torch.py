@@ -271,7 +271,7 @@ MiB = 1 << 20
 #: the copy peak's buffer size: the size kbench's Vulkan copy peak uses on GPUs, so that the two
 #: timers (Vulkan timestamps, CUDA events) see equal-sized copies
 PEER_COPY_BYTES = 256 * MiB
-PEER_PEAKS = ("peak.copy_bandwidth", "peak.dispatch_latency")
+PEER_PEAKS = ("peak.copy_bandwidth", "peak.dispatch_latency", "peak.h2d", "peak.d2h")
 
 
 def _peer_copy_bandwidth(torch: Any) -> dict[str, Any]:
@@ -313,13 +313,48 @@ def _peer_dispatch_latency(torch: Any) -> dict[str, Any]:
     return {"value": s["median"], "host_ns": s, "params": {"what": "tensor.add_ on 1 element + cuda.synchronize"}}
 
 
+def _peer_transfer(direction: str):
+    """Host-clock transfer of the size kbench's transfer peaks use, between ordinary (pageable)
+    host memory, as a NumPy array is, and the GPU; the pinned-memory figure goes in params."""
+    def measure(torch: Any) -> dict[str, Any]:
+        import time
+
+        from .timing import stats
+
+        gpu = torch.empty(PEER_COPY_BYTES, dtype=torch.uint8, device="cuda").random_()
+
+        def median_ns(host) -> dict:
+            def once():
+                if direction == "h2d":
+                    gpu.copy_(host)
+                else:
+                    host.copy_(gpu)
+                torch.cuda.synchronize()
+            for _ in range(3):
+                once()
+            samples = []
+            for _ in range(10):
+                t0 = time.perf_counter_ns()
+                once()
+                samples.append(float(time.perf_counter_ns() - t0))
+            return stats(samples, 1)
+
+        pageable = median_ns(torch.empty(PEER_COPY_BYTES, dtype=torch.uint8))
+        pinned = median_ns(torch.empty(PEER_COPY_BYTES, dtype=torch.uint8, pin_memory=True))
+        return {"value": PEER_COPY_BYTES / pageable["median"], "host_ns": pageable, "bytes": PEER_COPY_BYTES,
+                "params": {"bytes": PEER_COPY_BYTES, "host_memory": "pageable",
+                           "pinned_gbps": round(PEER_COPY_BYTES / pinned["median"], 2)}}
+    return measure
+
+
 def run_peer_peak(name: str) -> dict[str, Any]:
     """A peak record for the peer (same names and units as kbench.bench.peaks), or an error record."""
     from .peaks import get_peak
 
     peak = get_peak(name)
     base = {"case": name, "params": {}, "case_id": name, "mode": "bench", "layer": "peak"}
-    fn = {"peak.copy_bandwidth": _peer_copy_bandwidth, "peak.dispatch_latency": _peer_dispatch_latency}.get(name)
+    fn = {"peak.copy_bandwidth": _peer_copy_bandwidth, "peak.dispatch_latency": _peer_dispatch_latency,
+          "peak.h2d": _peer_transfer("h2d"), "peak.d2h": _peer_transfer("d2h")}.get(name)
     if fn is None:
         return {**base, "kind": "case", "status": "unsupported", "reason": f"the {PEER_NAME} peer does not measure {name}"}
     try:

@@ -224,7 +224,9 @@ class Manager:
             return False
         if direction == "up":
             return True
-        f13 = self._enabled.get("f13") if isinstance(self._enabled, dict) else None
+        # a device the caller created has no record of its features here: not streamed
+        enabled = getattr(self, "_enabled", None)
+        f13 = enabled.get("f13") if isinstance(enabled, dict) else None
         return bool(f13 is not None and f13.synchronization2)
 
     def get_stats(self) -> dict[str, int]:
