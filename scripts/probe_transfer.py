@@ -39,6 +39,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mib", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--checks", type=int, default=20, help="round trips per streaming check")
     a = ap.parse_args()
     n = a.mib << 20
     rng = np.random.default_rng(0)
@@ -85,6 +86,45 @@ def main() -> None:
                 seq.destroy()
         ok = np.array_equal(t.data().view(np.uint8), src)
         print(f"round trip intact: {ok}")
+        check_streaming(mgr, a.checks)
+
+
+def check_streaming(mgr, rounds: int) -> None:
+    """Round trips with one direction streamed at a time (the other whole), small uneven
+    chunks and several tensors per sync: counts rounds whose bytes came back wrong."""
+    rng = np.random.default_rng(1)
+    saved = os.environ.get("KBENCH_STREAM_TRANSFERS")
+    for sizes, chunk in (([5, 30000, 12289], 4096), ([70001], 4096), ([3 << 20, 1 << 20], 1 << 20)):
+        for mode in ("up", "down", "1"):
+            os.environ["KBENCH_STREAM_TRANSFERS"] = mode
+            mgr.stream_min_bytes, mgr.transfer_chunk_bytes = 2 * chunk, chunk
+            ts = [mgr.tensor_t(np.zeros(n, np.float32)) for n in sizes]
+            up, down = mgr.sequence(), mgr.sequence()
+            up.record(kp.OpTensorSyncDevice(ts))
+            down.record(kp.OpTensorSyncLocal(ts))
+            bad = []
+            for r in range(rounds):
+                data = [rng.standard_normal(n).astype(np.float32) for n in sizes]
+                for t, d in zip(ts, data):
+                    t.data()[:] = d
+                up.eval()
+                for t in ts:
+                    t.data()[:] = np.nan
+                down.eval()
+                for i, (t, d) in enumerate(zip(ts, data)):
+                    wrong = np.flatnonzero(t.data() != d)
+                    if wrong.size:
+                        bad.append(f"round {r} tensor {i}: {wrong.size} wrong from {wrong[0]}, "
+                                   f"got {t.data()[wrong[0]]} want {d[wrong[0]]}")
+            print(f"check streamed={mode:4s} sizes={sizes} chunk={chunk}: {len(bad)} wrong of {rounds} rounds; "
+                  + "; ".join(bad[:3]), flush=True)
+            up.destroy(); down.destroy()
+            for t in ts:
+                t.destroy()
+    if saved is None:
+        os.environ.pop("KBENCH_STREAM_TRANSFERS", None)
+    else:
+        os.environ["KBENCH_STREAM_TRANSFERS"] = saved
 
 
 if __name__ == "__main__":

@@ -201,7 +201,8 @@ class Manager:
     @property
     def stream_min_bytes(self) -> int:
         """Syncs and reads of at least this many bytes are streamed in chunks, the host's copies
-        overlapping the GPU's (kbench.runtime.transfer); KBENCH_STREAM_TRANSFERS=0 turns it off."""
+        overlapping the GPU's (kbench.runtime.transfer); KBENCH_STREAM_TRANSFERS=0 turns it off,
+        =up or =down keeps it for one direction."""
         return self._stream_min_bytes
 
     @stream_min_bytes.setter
@@ -220,7 +221,8 @@ class Manager:
     def _can_stream(self, direction: str) -> bool:
         """Whether transfers in ``direction`` may be streamed: downloads signal the host with
         vkCmdSetEvent2, which needs synchronization2 (Vulkan 1.3)."""
-        if os.environ.get("KBENCH_STREAM_TRANSFERS", "1") == "0":
+        allowed = os.environ.get("KBENCH_STREAM_TRANSFERS", "1").lower()
+        if allowed not in ("1", "on", "both", direction):
             return False
         if direction == "up":
             return True

@@ -79,15 +79,6 @@ def host_copy(dst: np.ndarray, src: np.ndarray) -> None:
         f.result()
 
 
-class _Stopped(Exception):
-    """A download's poll ended before this chunk was signalled."""
-
-
-def _notify(cond: threading.Condition) -> None:
-    with cond:
-        cond.notify_all()
-
-
 class Chunk:
     """One piece of a staged transfer: ``size`` bytes at ``host_offset`` of host array ``host``
     (an index into the op's host arrays), ``staging_offset`` in staging and ``device_offset`` in
@@ -183,55 +174,41 @@ class StagedTransfer:
                 host_copy(self._staging_view(staging, c), hosts[c.host][c.host_offset:c.host_offset + c.size])
 
     def after_submit(self, staging, hosts: list[np.ndarray]) -> None:
-        """Streamed upload: the copy threads fill staging chunk by chunk, each thread a stripe of
-        every chunk, and the last thread through a chunk sets its event. Every event is set even
-        when a copy fails, so the GPU never waits forever."""
+        """Streamed upload: the copy threads fill staging a chunk each and set that chunk's event
+        as it lands. Every event is set even when a copy fails, so the GPU never waits forever."""
         if not (self.streamed and self.direction == "up"):
             return
         dev = self.mgr._device
-        left = [0] * len(self.chunks)
-        lock = threading.Lock()
 
-        def one(i: int, c: Chunk, lo: int, hi: int) -> None:
+        def one(i: int, c: Chunk) -> None:
             try:
-                np.copyto(self._staging_view(staging, c)[lo:hi], hosts[c.host][c.host_offset + lo:c.host_offset + hi])
+                np.copyto(self._staging_view(staging, c), hosts[c.host][c.host_offset:c.host_offset + c.size])
             finally:
-                with lock:
-                    left[i] -= 1
-                    last = left[i] == 0
-                if last:
-                    lib.vkSetEvent(dev, self._events[i])
+                lib.vkSetEvent(dev, self._events[i])
 
+        ex = _executor("up")
+        futures = []
         try:
-            self._striped("up", one, left)
+            futures = [ex.submit(one, i, c) for i, c in enumerate(self.chunks)]
         finally:
-            for ev in self._events:  # no-op where set; releases the GPU where a copy failed
+            for f in futures:
+                f.exception()  # every copy finished before anything is raised
+            for ev in self._events:  # no-op where set; releases the GPU if submitting failed midway
                 lib.vkSetEvent(dev, ev)
+        for f in futures:
+            f.result()
 
     def while_waiting(self, staging, hosts: list[np.ndarray], fence_done: Callable[[], bool]) -> None:
-        """Streamed download: this thread polls the chunks' events in order and the copy threads
-        copy each chunk out (a stripe each) as soon as it is set, while the GPU copies the next."""
+        """Streamed download: this thread polls the chunks' events in order and hands each chunk
+        to the copy threads as soon as it is set, while the GPU copies the next ones. The copy
+        threads never wait for the GPU."""
         if not (self.streamed and self.direction == "down"):
             return
         dev = self.mgr._device
-        state = {"ready": 0, "stop": False}
-        cond = threading.Condition()
-        left = [0] * len(self.chunks)
-        lock = threading.Lock()
-
-        def one(i: int, c: Chunk, lo: int, hi: int) -> None:
-            with cond:
-                cond.wait_for(lambda: state["ready"] > i or state["stop"])
-                if state["ready"] <= i:
-                    raise _Stopped()
-            np.copyto(hosts[c.host][c.host_offset + lo:c.host_offset + hi], self._staging_view(staging, c)[lo:hi])
-            with lock:
-                left[i] -= 1
-                if left[i] == 0:
-                    self._done[i] = True
-
-        def poll() -> None:
-            for i in range(len(self.chunks)):
+        ex = _executor("down")
+        futures = []
+        try:
+            for i, c in enumerate(self.chunks):
                 polls = 0
                 while True:
                     res = lib.vkGetEventStatus(dev, self._events[i])
@@ -241,54 +218,17 @@ class StagedTransfer:
                         self.mgr._result(res, "vkGetEventStatus")
                     polls += 1
                     if polls % 256 == 0 and fence_done():
-                        return  # finished (or failed) without the signal: the fence wait reports it
-                with cond:
-                    state["ready"] = i + 1
-                    cond.notify_all()
-
-        self._striped("down", one, left, poll, lambda: (state.__setitem__("stop", True), _notify(cond)))
-
-    def _striped(self, direction: str, one, left: list[int], main=None, stop=None) -> None:
-        """Run ``one(chunk index, chunk, lo, hi)`` for every stripe [lo, hi) of every chunk: each
-        copy thread takes one stripe of each chunk, in chunk order; ``main`` runs meanwhile on
-        this thread. Raises the first error once every thread has finished."""
-        threads = copy_threads()
-        stripes = []
-        for i, c in enumerate(self.chunks):
-            step = max(64, -(-c.size // threads) + 63 & ~63)  # 64-byte aligned stripes
-            bounds = [(lo, min(lo + step, c.size)) for lo in range(0, c.size, step)]
-            left[i] = len(bounds)
-            stripes.append(bounds)
-
-        def worker(w: int) -> None:
-            first = None
-            for i, c in enumerate(self.chunks):
-                if w < len(stripes[i]):
-                    try:
-                        one(i, c, *stripes[i][w])
-                    except _Stopped:
-                        return
-                    except BaseException as e:  # keep going: later chunks must still be counted
-                        first = first or e
-            if first is not None:
-                raise first
-
-        ex = _executor(direction)
-        futures = [ex.submit(worker, w) for w in range(threads)]
-        try:
-            if main is not None:
-                main()
-        except BaseException:
-            if stop is not None:
-                stop()
-            raise
+                        return  # finished (or failed) without the signal: after_wait copies the rest
+                futures.append(ex.submit(self._copy_out, staging, hosts, i, c))
         finally:
-            if stop is not None and main is not None:
-                stop()  # the poll ended early (fence done): threads still waiting give up
             for f in futures:
                 f.exception()
         for f in futures:
             f.result()
+
+    def _copy_out(self, staging, hosts: list[np.ndarray], i: int, c: Chunk) -> None:
+        np.copyto(hosts[c.host][c.host_offset:c.host_offset + c.size], self._staging_view(staging, c))
+        self._done[i] = True
 
     def after_wait(self, staging, hosts: list[np.ndarray]) -> None:
         """Download: copy out whatever ``while_waiting`` did not."""
