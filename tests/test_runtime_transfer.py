@@ -17,6 +17,12 @@ def _streaming(mgr, chunk: int = SMALL_CHUNK) -> None:
     mgr.transfer_chunk_bytes = chunk
 
 
+def test_plan_chunks_starts_each_range_on_the_alignment():
+    chunks = plan_chunks([("a", 0, 20), ("b", 0, 5000), ("c", 0, 3)], 4096, align=4096)
+    assert [(c.host, c.staging_offset, c.size) for c in chunks] == [
+        (0, 0, 20), (1, 4096, 4096), (1, 8192, 904), (2, 12288, 3)]
+
+
 def test_plan_chunks_covers_every_byte_once_in_staging_order():
     chunks = plan_chunks([("a", 0, 10_000), ("b", 64, 4096), ("c", 8, 1)], 4096)
     assert [(c.host, c.host_offset, c.size) for c in chunks] == [
@@ -139,6 +145,11 @@ def test_failed_streamed_upload_raises_and_leaves_the_gpu_unblocked(mgr, monkeyp
 def test_transfer_settings_reject_non_positive_ints(mgr, name, value):
     with pytest.raises(ValueError, match=f"{name} must be a positive int"):
         setattr(mgr, name, value)
+
+
+def test_transfer_chunk_bytes_must_be_whole_pages(mgr):
+    with pytest.raises(ValueError, match="multiple of 4096.*got 5000"):
+        mgr.transfer_chunk_bytes = 5000
 
 
 def test_staged_transfer_rejects_unknown_direction(mgr):

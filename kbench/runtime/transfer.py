@@ -91,11 +91,19 @@ class Chunk:
         self.buffer, self.device_offset, self.size = buffer, device_offset, size
 
 
-def plan_chunks(ranges: list[tuple[object, int, int]], chunk_bytes: int) -> list[Chunk]:
-    """Chunks for ``ranges`` of (device buffer, device offset, bytes), laid out back to back in
-    staging; range i is host array i."""
+#: streamed chunks start on this staging boundary. On the H200 (driver 580) an upload chunk that
+#: shared a few hundred bytes of staging with the chunk before it was copied stale: the GPU had
+#: read those bytes (with the earlier chunk, before the host wrote them) and the event wait did
+#: not make the host's later writes visible. 4 KiB apart, 30 of 30 round trips came back exact.
+CHUNK_ALIGN = 4096
+
+
+def plan_chunks(ranges: list[tuple[object, int, int]], chunk_bytes: int, align: int = 1) -> list[Chunk]:
+    """Chunks for ``ranges`` of (device buffer, device offset, bytes) in staging, each range
+    starting at a multiple of ``align``; range i is host array i."""
     out, staged = [], 0
     for i, (buf, dev_off, nbytes) in enumerate(ranges):
+        staged = -(-staged // align) * align
         for o in range(0, nbytes, chunk_bytes):
             size = min(chunk_bytes, nbytes - o)
             out.append(Chunk(i, o, staged + o, buf, dev_off + o, size))
@@ -116,9 +124,14 @@ class StagedTransfer:
             raise ValueError(f"direction must be 'up' or 'down', got {direction!r}")
         self.mgr = mgr
         self.direction = direction
-        self.total = sum(n for _, _, n in ranges)
-        self.streamed = mgr._can_stream(direction) and self.total >= mgr.stream_min_bytes
-        self.chunks = plan_chunks(ranges, mgr.transfer_chunk_bytes if self.streamed else max(1, self.total))
+        total = sum(n for _, _, n in ranges)
+        self.streamed = mgr._can_stream(direction) and total >= mgr.stream_min_bytes
+        if self.streamed:
+            self.chunks = plan_chunks(ranges, mgr.transfer_chunk_bytes, CHUNK_ALIGN)
+        else:
+            self.chunks = plan_chunks(ranges, max(1, total))
+        #: staging bytes needed (with the alignment gaps between streamed ranges)
+        self.total = max((c.staging_offset + c.size for c in self.chunks), default=0)
         self._events: list = []
         self._done: list[bool] = []
         self._event_array = None
