@@ -72,10 +72,16 @@ def main() -> None:
             print(f"{name}: {n / np.median(ts):6.1f} GB/s (GPU timestamps, median of {len(ts)})", flush=True)
             seq.destroy()
         t = mgr.tensor_t(src.view(np.float32), kp.TensorTypes.device)
-        for chunk_mib in (0, 4, 8, 16):  # 0: one whole copy each way (host copy, then DMA)
+        # -1: zero copy (the DMA reads/writes the tensor's imported host memory); 0: staged, one
+        # whole copy each way (host copy, then DMA); else staged and streamed in chunks of that many MiB
+        for chunk_mib in (-1, 0, 4, 8, 16):
+            mgr.zero_copy_min_bytes = 1 if chunk_mib == -1 else n + 1
             mgr.stream_min_bytes = n + 1 if chunk_mib == 0 else 1
             mgr.transfer_chunk_bytes = max(1, chunk_mib) << 20
-            mode = "whole" if chunk_mib == 0 else f"streamed in {chunk_mib} MiB chunks"
+            mode = {-1: "zero copy", 0: "staged whole"}.get(chunk_mib, f"staged, streamed in {chunk_mib} MiB chunks")
+            if chunk_mib == -1 and t._host_import() is None:
+                print("zero copy: not available on this device (VK_EXT_external_memory_host)")
+                continue
             for name, op in (("OpTensorSyncDevice", kp.OpTensorSyncDevice([t])), ("OpTensorSyncLocal", kp.OpTensorSyncLocal([t]))):
                 seq = mgr.sequence()
                 seq.record(op)
@@ -91,13 +97,15 @@ def main() -> None:
 
 def check_streaming(mgr, rounds: int) -> None:
     """Round trips with one direction streamed at a time (the other whole), small uneven
-    chunks and several tensors per sync: counts rounds whose bytes came back wrong."""
+    chunks and several tensors per sync, and zero copy ("zero"): counts tensors whose bytes came
+    back wrong."""
     rng = np.random.default_rng(1)
     saved = os.environ.get("KBENCH_STREAM_TRANSFERS")
     for sizes, chunk in (([5, 30000, 12289], 4096), ([70001], 4096), ([3 << 20, 1 << 20], 1 << 20)):
-        for mode in ("up", "down", "1"):
-            os.environ["KBENCH_STREAM_TRANSFERS"] = mode
+        for mode in ("up", "down", "1", "zero"):
+            os.environ["KBENCH_STREAM_TRANSFERS"] = mode if mode != "zero" else "0"
             mgr.stream_min_bytes, mgr.transfer_chunk_bytes = 2 * chunk, chunk
+            mgr.zero_copy_min_bytes = 1 if mode == "zero" else 1 << 62
             ts = [mgr.tensor_t(np.zeros(n, np.float32)) for n in sizes]
             up, down = mgr.sequence(), mgr.sequence()
             up.record(kp.OpTensorSyncDevice(ts))

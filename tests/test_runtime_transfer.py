@@ -155,3 +155,76 @@ def test_transfer_chunk_bytes_must_be_whole_pages(mgr):
 def test_staged_transfer_rejects_unknown_direction(mgr):
     with pytest.raises(ValueError, match="direction must be 'up' or 'down'"):
         StagedTransfer(mgr, "sideways", [])
+
+
+# --- zero copy: the DMA reads and writes the tensor's imported host memory ------------------------
+
+def _zero_copy(mgr) -> None:
+    if not mgr._host_import_align:
+        pytest.skip(f"{mgr.get_device_properties()['device_name']} lacks VK_EXT_external_memory_host")
+    mgr.zero_copy_min_bytes = 1
+
+
+def test_zero_copy_syncs_round_trip_exactly_without_staging(mgr):
+    _zero_copy(mgr)
+    sizes = [5, 30_000, 12_289]
+    rng = np.random.default_rng(7)
+    ts = [mgr.tensor_t(np.zeros(n, np.float32)) for n in sizes]
+    up, down = mgr.sequence(), mgr.sequence()
+    up.record(kp.OpTensorSyncDevice(ts))
+    down.record(kp.OpTensorSyncLocal(ts))
+    for op in up.ops() + down.ops():
+        assert op._transfer is None and len(op._direct) == 3, "zero-copy syncs went through staging"
+    assert mgr.get_stats()["host_imports"] == 3
+    for round_ in range(3):
+        data = [rng.standard_normal(n).astype(np.float32) for n in sizes]
+        for t, d in zip(ts, data):
+            t.data()[:] = d
+        up.eval()
+        for t in ts:
+            t.data()[:] = np.nan
+        down.eval()
+        for i, (t, d) in enumerate(zip(ts, data)):
+            assert np.array_equal(t.data(), d), f"round {round_}, tensor {i}: {np.sum(t.data() != d)} values differ"
+
+
+def test_zero_copy_imports_are_freed_with_their_tensors_and_views_stay_valid(mgr):
+    _zero_copy(mgr)
+    before = mgr.get_stats()["buffers"]
+    for i in range(200):
+        t = mgr.tensor_t(np.full(3000, i, np.float32))
+        seq = mgr.sequence()
+        seq.eval(kp.OpTensorSyncDevice([t]))
+        view = t.data()
+        seq.destroy()
+        t.destroy()
+        assert mgr.get_stats()["host_imports"] == 0, f"cycle {i}: import outlived its tensor"
+        assert (view == i).all(), "a data() view held past destroy changed"
+    assert mgr.get_stats()["buffers"] == before
+
+
+def test_zero_copy_sync_of_a_destroyed_tensor_raises_before_submitting(mgr):
+    _zero_copy(mgr)
+    t = mgr.tensor_t(np.ones(4096, np.float32))
+    seq = mgr.sequence()
+    seq.record(kp.OpTensorSyncLocal([t]))
+    t.destroy()
+    with pytest.raises(RuntimeError, match="tensor has been destroyed"):
+        seq.eval()
+    assert not seq.is_running()
+
+
+def test_zero_copy_off_by_environment_or_threshold(mgr, monkeypatch):
+    _zero_copy(mgr)
+    t = mgr.tensor_t(np.ones(4096, np.float32))
+    monkeypatch.setenv("KBENCH_ZERO_COPY", "0")
+    op = kp.OpTensorSyncDevice([t])
+    seq = mgr.sequence().eval(op)
+    assert op._direct == [] and op._staged == [t], "KBENCH_ZERO_COPY=0 did not turn zero copy off"
+    monkeypatch.delenv("KBENCH_ZERO_COPY")
+    mgr.zero_copy_min_bytes = 1 << 30
+    seq.rerecord()
+    assert op._direct == [], "a tensor below zero_copy_min_bytes was imported"
+    seq.destroy()
+    with pytest.raises(ValueError, match="zero_copy_min_bytes must be a positive int"):
+        mgr.zero_copy_min_bytes = 0

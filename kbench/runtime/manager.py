@@ -15,7 +15,7 @@ from .algorithm import Algorithm, Pipeline
 from .descriptors import DescriptorAllocator
 from .device import COOPMAT_EXT, Instance, describe, device_extensions, query_features
 from .errors import DeviceLostError, ValidationError
-from .memory import StagingPool
+from .memory import HOST_IMPORT_EXT, StagingPool, host_import_alignment
 from .sequence import Sequence
 from .tensor import Tensor, TensorTypes, numpy_dtype
 
@@ -62,6 +62,7 @@ class Manager:
     #: default for :attr:`wait_spin_ns`: how long eval_await polls before it blocks
     DEFAULT_WAIT_SPIN_NS = 1_000_000
     DEFAULT_STREAM_MIN_BYTES = 16 << 20
+    DEFAULT_ZERO_COPY_MIN_BYTES = 16 << 20
     DEFAULT_TRANSFER_CHUNK_BYTES = 8 << 20  # H200: 8 MiB chunks streamed fastest of 1-16 MiB
 
     def __init__(self, device: int = 0, family_queue_indices: Iterable[int] | None = None,
@@ -222,6 +223,37 @@ class Manager:
                              f"boundaries), got {value}")
         self._transfer_chunk_bytes = value
 
+    @property
+    def zero_copy_min_bytes(self) -> int:
+        """Device tensors of at least this many bytes sync without staging where the device has
+        VK_EXT_external_memory_host: their host memory is imported once and the GPU's DMA reads
+        and writes it directly (KBENCH_ZERO_COPY=0 turns it off). As with Kompute's mapped
+        staging, the host data must not change while an upload is in flight."""
+        return self._zero_copy_min_bytes
+
+    @zero_copy_min_bytes.setter
+    def zero_copy_min_bytes(self, value: int) -> None:
+        self._zero_copy_min_bytes = _positive_int("zero_copy_min_bytes", value)
+
+    def _zero_copy(self, nbytes: int) -> bool:
+        """Whether a device tensor of ``nbytes`` syncs straight from its imported host memory."""
+        return (bool(self._host_import_align) and nbytes >= self._zero_copy_min_bytes
+                and os.environ.get("KBENCH_ZERO_COPY", "1") != "0")
+
+    def _host_array(self, array: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """A copy of ``array`` for a device tensor's host side, and where the device can import
+        host memory, the page-aligned, padded uint8 region holding it (else None)."""
+        align = self._host_import_align
+        if not align or array.nbytes == 0:
+            return np.array(array, copy=True), None
+        padded = -(-array.nbytes // align) * align
+        raw = np.empty(padded + align, np.uint8)
+        start = (-raw.ctypes.data) % align
+        region = raw[start:start + padded]
+        host = region[:array.nbytes].view(array.dtype)
+        np.copyto(host, array.reshape(-1), casting="no")
+        return host, region
+
     def _can_stream(self, direction: str) -> bool:
         """Whether transfers in ``direction`` may be streamed: downloads signal the host with
         vkCmdSetEvent2, which needs synchronization2 (Vulkan 1.3)."""
@@ -274,11 +306,14 @@ class Manager:
         self._descriptors = None
         self._staging = None
         self._pipeline_cache = None
-        self._stats = {"buffers": 0, "buffer_bytes": 0, "pipelines": 0, "descriptor_sets": 0, "sequences": 0, "events": 0}
+        self._stats = {"buffers": 0, "buffer_bytes": 0, "pipelines": 0, "descriptor_sets": 0, "sequences": 0, "events": 0,
+                       "host_imports": 0}
         self._lock = threading.RLock()
         self._teardown_pending = False
         self._wait_spin_ns = self.DEFAULT_WAIT_SPIN_NS
         self._stream_min_bytes = self.DEFAULT_STREAM_MIN_BYTES
+        self._zero_copy_min_bytes = self.DEFAULT_ZERO_COPY_MIN_BYTES
+        self._host_import_align = 0
         self._transfer_chunk_bytes = self.DEFAULT_TRANSFER_CHUNK_BYTES
 
     def _queue_lock(self, q) -> threading.Lock:
@@ -318,6 +353,9 @@ class Manager:
         # for it in desired_extensions then
         if COOPMAT_EXT in available and COOPMAT_EXT not in exts and not self._instance.validation:
             exts.append(COOPMAT_EXT)
+        # host-memory import: large syncs then DMA straight from/to the tensor's NumPy memory
+        if HOST_IMPORT_EXT in available and HOST_IMPORT_EXT not in exts:
+            exts.append(HOST_IMPORT_EXT)
         api = vk.vkGetPhysicalDeviceProperties(self._physical).apiVersion
         _, supported = query_features(self._physical, api, available)
         self._enabled = self._feature_chain(supported, api, COOPMAT_EXT in exts)
@@ -330,6 +368,9 @@ class Manager:
         with _vk.call("vkCreateDevice"):
             self._device = vk.vkCreateDevice(self._physical, info, None)
         self._extensions = exts
+        if HOST_IMPORT_EXT in exts:
+            self._host_import_align = max(4096, host_import_alignment(self._physical))
+            self._host_pointer_properties = vk.vkGetDeviceProcAddr(self._device, "vkGetMemoryHostPointerPropertiesEXT")
         used: dict[int, int] = {}
         locks: dict[tuple[int, int], threading.Lock] = {}
         for fam in families:

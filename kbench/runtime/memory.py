@@ -194,3 +194,77 @@ class ManagedObject:
                 self.destroy()
         except Exception:
             pass
+
+
+HOST_IMPORT_EXT = "VK_EXT_external_memory_host"
+_HOST_ALLOCATION = vk.VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT
+
+
+def host_import_alignment(physical) -> int:
+    """minImportedHostPointerAlignment of ``physical`` (VK_EXT_external_memory_host)."""
+    p = vk.VkPhysicalDeviceExternalMemoryHostPropertiesEXT()
+    vk.vkGetPhysicalDeviceProperties2(physical, vk.VkPhysicalDeviceProperties2(pNext=p))
+    return int(p.minImportedHostPointerAlignment)
+
+
+class HostImport:
+    """A VkBuffer over host memory the caller owns (VK_EXT_external_memory_host): the GPU's DMA
+    reads and writes that memory itself, so a transfer needs no staging copy on the host.
+
+    ``address`` and ``nbytes`` must be multiples of the device's minImportedHostPointerAlignment,
+    the memory must outlive this object, and only host-coherent memory types are taken (raises
+    RuntimeError otherwise, or with the driver's error where it refuses the import).
+    """
+
+    __slots__ = ("mgr", "size", "handle", "memory", "_freed")
+
+    def __init__(self, mgr: "Manager", address: int, nbytes: int):
+        self.mgr, self.size, self.handle, self.memory, self._freed = mgr, nbytes, None, None, False
+        align = mgr._host_import_align
+        if not align:
+            raise RuntimeError(f"{HOST_IMPORT_EXT} is not enabled on this device")
+        if address % align or nbytes % align or nbytes <= 0:
+            raise ValueError(f"host import of {nbytes} bytes at {address:#x}: address and size must be "
+                             f"positive multiples of {align}")
+        dev = mgr._device
+        ptr = ffi.cast("void*", address)
+        try:
+            props = vk.VkMemoryHostPointerPropertiesEXT()
+            with _vk.call("vkGetMemoryHostPointerPropertiesEXT"):
+                mgr._host_pointer_properties(dev, _HOST_ALLOCATION, ptr, props)
+            ext = vk.VkExternalMemoryBufferCreateInfo(handleTypes=_HOST_ALLOCATION)
+            with _vk.call("vkCreateBuffer"):
+                self.handle = vk.vkCreateBuffer(dev, vk.VkBufferCreateInfo(
+                    pNext=ext, size=nbytes, usage=USAGE_ALL, sharingMode=vk.VK_SHARING_MODE_EXCLUSIVE), None)
+            req = vk.vkGetBufferMemoryRequirements(dev, self.handle)
+            types = mgr._mem_props.memoryTypes
+            wanted = HOST_VISIBLE | HOST_COHERENT
+            usable = [i for i in range(mgr._mem_props.memoryTypeCount)
+                      if props.memoryTypeBits & req.memoryTypeBits & (1 << i) and types[i].propertyFlags & wanted == wanted]
+            if not usable or req.size > nbytes:
+                raise RuntimeError(f"no host-coherent memory type can import host memory on this device "
+                                   f"(types {props.memoryTypeBits:#x}, buffer needs {req.size} bytes)")
+            info = vk.VkMemoryAllocateInfo(
+                pNext=vk.VkImportMemoryHostPointerInfoEXT(handleType=_HOST_ALLOCATION, pHostPointer=ptr),
+                allocationSize=nbytes, memoryTypeIndex=usable[0])
+            with _vk.call(f"vkAllocateMemory(import of {nbytes} host bytes)"):
+                self.memory = vk.vkAllocateMemory(dev, info, None)
+            with _vk.call("vkBindBufferMemory"):
+                vk.vkBindBufferMemory(dev, self.handle, self.memory, 0)
+        except BaseException:
+            self.free()
+            raise
+        mgr._stats["host_imports"] += 1
+
+    def free(self) -> None:
+        if self._freed:
+            return
+        self._freed = True
+        dev = self.mgr._device
+        if dev is not None:
+            if self.handle is not None:
+                vk.vkDestroyBuffer(dev, self.handle, None)
+            if self.memory is not None:
+                vk.vkFreeMemory(dev, self.memory, None)
+                self.mgr._stats["host_imports"] -= 1
+        self.handle = self.memory = None

@@ -117,6 +117,8 @@ class OpBase:
 class _StagingOp(OpBase):
     _staging = None
     _transfer: StagedTransfer | None = None
+    _staged: list = []
+    _direct: list = []
 
     def _acquire(self, seq: "Sequence", nbytes: int):
         if self._staging is None or self._staging.size < nbytes:
@@ -133,10 +135,34 @@ class _StagingOp(OpBase):
         self._transfer = StagedTransfer(seq._mgr, direction, ranges)
         self._transfer.record(seq, self._acquire(seq, self._transfer.total))
 
+    def _record_tensors(self, seq: "Sequence", direction: str, tensors: list) -> None:
+        """Record whole-tensor copies: straight from/to the host memory of tensors the device
+        imported (Manager.zero_copy_min_bytes), through staging for the rest."""
+        mgr = seq._mgr
+        self._direct, staged = [], []
+        for t in tensors:
+            imp = t._host_import() if mgr._zero_copy(t.nbytes()) else None
+            if imp is None:
+                staged.append(t)
+                continue
+            self._direct.append(t)
+            if direction == "up":
+                seq._cmd_copy(imp.handle, t._vk_buffer, 0, 0, t.nbytes())
+            else:
+                seq._cmd_copy(t._vk_buffer, imp.handle, 0, 0, t.nbytes())
+        self._staged = staged
+        if staged:
+            self._record_transfer(seq, direction, [(t._vk_buffer, 0, t.nbytes()) for t in staged])
+        elif self._transfer is not None:
+            tr, self._transfer = self._transfer, None
+            tr.destroy()
+
     def _hosts(self) -> list[np.ndarray]:  # pragma: no cover - overridden by the transfer ops
         return []
 
     def pre_eval(self, seq):
+        for t in self._direct:
+            t._check()  # its imported host memory is freed with it: never submit a copy into it
         if self._transfer is not None:
             self._transfer.before_submit(self._staging, self._hosts())
 
@@ -183,15 +209,12 @@ class OpTensorSyncDevice(_StagingOp):
         return [(t, True) for t in self._device_tensors()]
 
     def record(self, seq):
-        dts = self._device_tensors()
-        if dts:
-            self._record_transfer(seq, "up", [(t._vk_buffer, 0, t.nbytes()) for t in dts])
+        self._record_tensors(seq, "up", self._device_tensors())
 
     def _hosts(self):
-        dts = self._device_tensors()
-        for t in dts:
+        for t in self._staged:
             t._check()
-        return [as_bytes(t._host) for t in dts]
+        return [as_bytes(t._host) for t in self._staged]
 
 
 class OpTensorSyncLocal(_StagingOp):
@@ -210,9 +233,7 @@ class OpTensorSyncLocal(_StagingOp):
         return [(t, False) for t in self.tensors if t.tensor_type() != TensorTypes.storage]
 
     def record(self, seq):
-        dts = self._device_tensors()
-        if dts:
-            self._record_transfer(seq, "down", [(t._vk_buffer, 0, t.nbytes()) for t in dts])
+        self._record_tensors(seq, "down", self._device_tensors())
         seq._cmd_barrier(vk.VK_PIPELINE_STAGE_TRANSFER_BIT | vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                          vk.VK_PIPELINE_STAGE_HOST_BIT,
                          vk.VK_ACCESS_TRANSFER_WRITE_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT, vk.VK_ACCESS_HOST_READ_BIT)
@@ -220,7 +241,7 @@ class OpTensorSyncLocal(_StagingOp):
     def _hosts(self):
         # a tensor destroyed since recording has no host array: its bytes go to a scratch sink
         return [as_bytes(t._host) if t._host is not None else np.empty(t.nbytes(), np.uint8)
-                for t in self._device_tensors()]
+                for t in self._staged]
 
 
 class OpTensorCopy(OpBase):

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .memory import Buffer, ManagedObject
+from .errors import DeviceLostError
+from .memory import Buffer, HostImport, ManagedObject
 
 if TYPE_CHECKING:  # pragma: no cover
     from .manager import Manager
@@ -100,12 +101,14 @@ class Tensor(ManagedObject):
         self._buffer: Buffer | None = None
         self._live_views = 0
         self._destroyed = False
+        self._host_region: np.ndarray | None = None
+        self._import = None  # HostImport of _host_region once a sync asked for it; False: refused
         purpose = {TensorTypes.device: "device", TensorTypes.storage: "device",
                    TensorTypes.host: "host", TensorTypes.device_and_host: "device_and_host"}[self._type]
         self._buffer = Buffer(mgr, self.nbytes(), purpose)
         try:
             if self._type == TensorTypes.device:
-                self._host = np.array(array, copy=True)
+                self._host, self._host_region = mgr._host_array(array)
             elif self._type in (TensorTypes.host, TensorTypes.device_and_host):
                 np.copyto(self._mapped_array(), array, casting="no")
             if zero and self._type != TensorTypes.host:
@@ -147,7 +150,10 @@ class Tensor(ManagedObject):
             return
         self._mgr._before_free(self)
         self._destroyed = True
-        self._host = None
+        if self._import:
+            self._import.free()  # before the host memory it covers can go
+        self._import = None
+        self._host = self._host_region = None
         if self._live_views == 0:
             self._release()
         self._mgr._untrack(self)
@@ -191,6 +197,20 @@ class Tensor(ManagedObject):
             raise RuntimeError("tensor has been destroyed")
         if not self._mgr._alive:
             raise RuntimeError("tensor's Manager has been destroyed")
+
+    def _host_import(self):
+        """The HostImport of this device tensor's host memory (made on first use), or None where
+        the device cannot import it; a refused import is not retried."""
+        if self._import is None:
+            self._import = False
+            if self._host_region is not None:
+                try:
+                    self._import = HostImport(self._mgr, self._host_region.ctypes.data, self._host_region.nbytes)
+                except DeviceLostError:
+                    raise
+                except (RuntimeError, MemoryError):
+                    pass  # staged transfers instead
+        return self._import or None
 
     @property
     def _vk_buffer(self):
