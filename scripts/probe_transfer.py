@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 import kbench.runtime as kp
+from kbench.runtime.transfer import round_trip_errors
 
 
 def host_copy_gbps(dst: np.ndarray, src: np.ndarray, threads: int, repeats: int) -> float:
@@ -113,18 +114,8 @@ def check_streaming(mgr, rounds: int) -> None:
             bad = []
             for r in range(rounds):
                 data = [rng.standard_normal(n).astype(np.float32) for n in sizes]
-                for t, d in zip(ts, data):
-                    t.data()[:] = d
-                up.eval()
-                for t in ts:
-                    t.data()[:] = np.nan
-                down.eval()
-                for i, (t, d) in enumerate(zip(ts, data)):
-                    wrong = np.flatnonzero(t.data() != d)
-                    if wrong.size:
-                        bad.append(f"round {r} tensor {i}: {wrong.size} wrong from {wrong[0]}, "
-                                   f"got {t.data()[wrong[0]]} want {d[wrong[0]]}")
-            print(f"check streamed={mode:4s} sizes={sizes} chunk={chunk}: {len(bad)} wrong of {rounds} rounds; "
+                bad += [f"round {r} {e}" for e in round_trip_errors(up, down, ts, data)]
+            print(f"check streamed={mode:4s} sizes={sizes} chunk={chunk}: {len(bad)} tensors wrong in {rounds} rounds; "
                   + "; ".join(bad[:3]), flush=True)
             up.destroy(); down.destroy()
             for t in ts:

@@ -275,3 +275,24 @@ class StagedTransfer:
             self.mgr._stats["events"] -= len(self._events)
         self._events = []
         self._event_array = None
+
+
+def round_trip_errors(up: "Sequence", down: "Sequence", tensors: list, data: list[np.ndarray]) -> list[str]:
+    """Self-check of a transfer path: put ``data`` in the tensors' host side, evaluate the recorded
+    upload ``up``, overwrite the host side, evaluate the download ``down``; one line per tensor
+    whose data came back different (empty: exact)."""
+    for t, d in zip(tensors, data):
+        t.data()[:] = d
+    up.eval()
+    for t in tensors:
+        t.data().view(np.uint8)[:] = 0xFF  # NaN for floats: a stale value cannot pass
+    down.eval()
+    errors = []
+    for i, (t, d) in enumerate(zip(tensors, data)):
+        got = t.data()
+        wrong = np.flatnonzero(got.view(np.uint8) != d.reshape(-1).view(np.uint8))
+        if wrong.size:
+            b = int(wrong[0])
+            errors.append(f"tensor {i}: {wrong.size} bytes differ, first at byte {b} "
+                          f"(got {got.view(np.uint8)[b]:#04x}, want {d.reshape(-1).view(np.uint8)[b]:#04x})")
+    return errors
