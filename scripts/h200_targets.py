@@ -27,6 +27,17 @@ def spread(r: dict) -> str:
     return f"{g['median'] / 1e3:.1f} us [{g['min'] / 1e3:.1f}-{g['max'] / 1e3:.1f}]"
 
 
+def clock_note(r: dict) -> str:
+    """'SM N MHz, not boosted' where the samples ran below 90% of the maximum SM clock."""
+    c = r.get("clocks")
+    if not isinstance(c, dict) or not c.get("sm_max_mhz") or c.get("sm_mhz_max") is None:
+        return ""
+    if c["sm_mhz_max"] >= 0.9 * c["sm_max_mhz"]:
+        return ""
+    lo, hi = c.get("sm_mhz_min", c["sm_mhz_max"]), c["sm_mhz_max"]
+    return f"SM {lo:.0f}{'' if lo == hi else f'-{hi:.0f}'} MHz, not boosted"
+
+
 def main(paths: list[str]) -> None:
     # later runs override earlier ones case by case; a case's two files come from one run
     vk, vpk, pt, ppk = {}, {}, {}, {}
@@ -55,6 +66,7 @@ def main(paths: list[str]) -> None:
             ref = f"copy peak {copy:.0f} GB/s" + (f"; torch {p[metric]:.0f} GB/s" if p else "")
         else:
             ratio, verdict, ref = float("nan"), "", ""
+        note = "; ".join(x for x in (note, clock_note(r)) if x)
         rows.append(f"| {name} | {val:.0f} {unit}, {spread(r)} | {ref} | {ratio:.2f}x (need {need}x) {verdict} | {note} |")
 
     for op in ("add", "element_mul", "silu"):
@@ -80,7 +92,8 @@ def main(paths: list[str]) -> None:
             wb = r["bytes"] - 4 * (shape[0] + shape[1])
             tb = wb / r["gpu_ns"]["median"]
             rows.append(f"| {d} {shape[0]}x{shape[1]} | {tb:.0f} GB/s of weights, {spread(r)} | 0.7 x copy = "
-                        f"{0.7 * copy:.0f} GB/s | {tb / copy:.2f}x copy {'met' if tb >= 0.7 * copy else '**not met**'} | |")
+                        f"{0.7 * copy:.0f} GB/s | {tb / copy:.2f}x copy {'met' if tb >= 0.7 * copy else '**not met**'} | "
+                        f"{clock_note(r)} |")
     rows.append("| attention 8192 x 32 heads (8 kv) | " + (
         f"{vk['attention[head_dim=128,seq_len=8192,n_heads=32,n_kv_heads=8]']['gbps']:.0f} GB/s = "
         f"{vk['attention[head_dim=128,seq_len=8192,n_heads=32,n_kv_heads=8]']['gbps'] / copy:.2f}x copy | | | 96 dispatches per call |"

@@ -229,15 +229,7 @@ def test_policy_picks_the_fast_kernel_only_where_it_was_tuned():
     assert wg <= 128 and wg * (4 * rows + 4) <= 4096 and lanes == 32
 
 
-def test_policy_keeps_exact_fp32_decoding_by_default_even_with_integer_dot():
-    feats = {"subgroup_basic": True, "subgroup_arithmetic": True, "integer_dot_product": True}
-    gpu = KernelPolicy(_props(features=feats))
-    k = gpu.qmatvec(DType.Q4_0, 4096, 14336)
-    assert k.spv == "qmatvec_fast.q4_0.sg.spv", f"expected the exact fp32 kernel by default, got {k.spv}"
-
-
-def test_policy_takes_the_integer_dot_variant_where_enabled_and_the_device_has_it(monkeypatch):
-    monkeypatch.setattr(KernelPolicy, "QMATVEC_DOT", True)
+def test_policy_takes_the_integer_dot_variant_where_the_device_has_it():
     feats = {"subgroup_basic": True, "subgroup_arithmetic": True, "integer_dot_product": True}
     gpu = KernelPolicy(_props(features=feats))
     assert ".dot" not in gpu.qmatvec(DType.Q4_0, 1024, 1023).spv, "below 2^20 weights: exact fp32"

@@ -557,10 +557,10 @@ class KernelPolicy:
     #: whether the automatic choice stages weights through shared memory where it can
     QMATVEC_STAGED = False
     #: whether the automatic choice of the fast kernel takes its integer-dot variant (where the
-    #: device has shaderIntegerDotProduct). Off: in `kbench bench` on the H200 (2026-12-03 17:20
-    #: and 17:33) the dot path took 32-49 us per call against 26-35 us for exact fp32 decoding
-    #: (12:44), although probe_qmatvec times it at 20-30 us; opt in with configure_qmatvec(dot=True)
-    QMATVEC_DOT = False
+    #: device has shaderIntegerDotProduct). H200, probe_qmatvec at a 1980 MHz SM clock: 1-9% faster
+    #: than exact fp32 decoding. (Bench runs that looked slower had the dot kernels at 810-1700 MHz:
+    #: the qmatvec cases are host-bound and the clock never boosted; see each record's clocks.)
+    QMATVEC_DOT = True
     #: the automatic choice keeps exact fp32 decoding below this many weights: small products
     #: are bound by latency, not decoding, and a few rows' NMSE is one row's relative error,
     #: which x's 16-bit quantization can push past 1e-8 where a row's sum nearly cancels
