@@ -216,3 +216,19 @@ def test_zero_copy_off_by_environment_or_threshold(mgr, monkeypatch):
     seq.destroy()
     with pytest.raises(ValueError, match="zero_copy_min_bytes must be a positive int"):
         mgr.zero_copy_min_bytes = 0
+
+
+@pytest.mark.parametrize("make_op", [
+    lambda t: kp.OpTensorSyncLocal([t]), lambda t: kp.OpTensorSyncDevice([t]),
+    lambda t: kp.OpTensorRead(t, np.zeros(16, np.uint8)), lambda t: kp.OpTensorWrite(t, np.ones(16, np.uint8))],
+    ids=["sync_local", "sync_device", "read", "write"])
+def test_staged_transfer_of_a_destroyed_tensor_raises_before_submitting(mgr, make_op):
+    t = mgr.tensor_t(np.ones(64, np.float32))
+    keep = mgr.tensor_t(np.ones(64, np.float32))  # the sequence stays usable for other work
+    seq = mgr.sequence()
+    seq.record(make_op(t))
+    t.destroy()
+    with pytest.raises(RuntimeError, match="tensor has been destroyed"):
+        seq.eval()
+    assert not seq.is_running(), "a transfer touching a destroyed tensor was submitted"
+    seq.eval(kp.OpTensorSyncLocal([keep]))

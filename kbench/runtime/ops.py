@@ -160,9 +160,12 @@ class _StagingOp(OpBase):
     def _hosts(self) -> list[np.ndarray]:  # pragma: no cover - overridden by the transfer ops
         return []
 
+    def _tensors_used(self) -> list:
+        return self._direct + self._staged
+
     def pre_eval(self, seq):
-        for t in self._direct:
-            t._check()  # its imported host memory is freed with it: never submit a copy into it
+        for t in self._tensors_used():
+            t._check()  # a destroyed tensor's buffers (and imported host memory) are gone: never submit
         if self._transfer is not None:
             self._transfer.before_submit(self._staging, self._hosts())
 
@@ -212,8 +215,6 @@ class OpTensorSyncDevice(_StagingOp):
         self._record_tensors(seq, "up", self._device_tensors())
 
     def _hosts(self):
-        for t in self._staged:
-            t._check()
         return [as_bytes(t._host) for t in self._staged]
 
 
@@ -239,9 +240,7 @@ class OpTensorSyncLocal(_StagingOp):
                          vk.VK_ACCESS_TRANSFER_WRITE_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT, vk.VK_ACCESS_HOST_READ_BIT)
 
     def _hosts(self):
-        # a tensor destroyed since recording has no host array: its bytes go to a scratch sink
-        return [as_bytes(t._host) if t._host is not None else np.empty(t.nbytes(), np.uint8)
-                for t in self._staged]
+        return [as_bytes(t._host) for t in self._staged]
 
 
 class OpTensorCopy(OpBase):
@@ -404,6 +403,9 @@ class OpTensorWrite(_StagingOp):
     def accesses(self):
         return [(self.tensor, True)]
 
+    def _tensors_used(self) -> list:
+        return [self.tensor]
+
     def record(self, seq):
         if self.data is not None:  # first recording: capture the bytes (rerecord reuses them)
             self.nbytes = self.data.nbytes
@@ -430,6 +432,9 @@ class OpTensorRead(_StagingOp):
 
     def _hosts(self):
         return [as_bytes(self.out)]
+
+    def _tensors_used(self) -> list:
+        return [self.tensor]
 
 
 class OpTensorFill(OpBase):
