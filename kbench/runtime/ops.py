@@ -98,6 +98,9 @@ class OpBase:
     def pre_eval(self, seq: "Sequence") -> None:
         pass
 
+    #: whether after_submit / while_waiting do anything (the sequence calls them only then)
+    streams = False
+
     def after_submit(self, seq: "Sequence") -> None:
         """Host work that overlaps the submitted GPU work (streamed uploads)."""
 
@@ -115,6 +118,7 @@ class OpBase:
 
 
 class _StagingOp(OpBase):
+    streams = True
     _staging = None
     _transfer: StagedTransfer | None = None
     _staged: list = []
@@ -157,8 +161,9 @@ class _StagingOp(OpBase):
             tr, self._transfer = self._transfer, None
             tr.destroy()
 
-    def _hosts(self) -> list[np.ndarray]:  # pragma: no cover - overridden by the transfer ops
-        return []
+    def _hosts(self) -> list[np.ndarray]:
+        """Host side of each staged range, in the order they were recorded."""
+        return [as_bytes(t._host) for t in self._staged]
 
     def _tensors_used(self) -> list:
         return self._direct + self._staged
@@ -214,9 +219,6 @@ class OpTensorSyncDevice(_StagingOp):
     def record(self, seq):
         self._record_tensors(seq, "up", self._device_tensors())
 
-    def _hosts(self):
-        return [as_bytes(t._host) for t in self._staged]
-
 
 class OpTensorSyncLocal(_StagingOp):
     """Make device results visible in ``tensor.data()`` after the sequence's wait.
@@ -238,9 +240,6 @@ class OpTensorSyncLocal(_StagingOp):
         seq._cmd_barrier(vk.VK_PIPELINE_STAGE_TRANSFER_BIT | vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                          vk.VK_PIPELINE_STAGE_HOST_BIT,
                          vk.VK_ACCESS_TRANSFER_WRITE_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT, vk.VK_ACCESS_HOST_READ_BIT)
-
-    def _hosts(self):
-        return [as_bytes(t._host) for t in self._staged]
 
 
 class OpTensorCopy(OpBase):

@@ -66,6 +66,7 @@ class Sequence(ManagedObject):
             self._free_objects()
             raise
         self._ops: list[OpBase] = []
+        self._streaming: list[OpBase] = []
         self._recording = False
         self._running = False
         self._ended = False
@@ -125,7 +126,7 @@ class Sequence(ManagedObject):
         self._mgr._result(res, "vkQueueSubmit")
         self._running = True
         try:
-            for o in self._ops:
+            for o in self._streaming:
                 o.after_submit(self)
         except BaseException:
             self.eval_await()
@@ -144,9 +145,9 @@ class Sequence(ManagedObject):
             if not isinstance(timeout_ns, int) or timeout_ns < 0:
                 raise ValueError(f"timeout_ns must be a non-negative int (nanoseconds) or None, got {timeout_ns!r}")
             timeout = min(timeout_ns, UINT64_MAX)
-        if timeout_ns is None:
+        if timeout_ns is None and self._streaming:
             dev, fence = self._mgr._device, self._fence
-            for o in self._ops:
+            for o in self._streaming:
                 o.while_waiting(self, lambda: lib.vkGetFenceStatus(dev, fence) != vk.VK_NOT_READY)
         res = self._spin(timeout)
         if res is None:
@@ -197,6 +198,7 @@ class Sequence(ManagedObject):
         for o in self._ops:
             o.release()
         self._ops = []
+        self._streaming = []
         if self._recording or self._ended:
             lib.vkResetCommandBuffer(self._cmd, 0)
         self._recording = False
@@ -244,6 +246,7 @@ class Sequence(ManagedObject):
         for o in self._ops:
             o.release()
         self._ops = []
+        self._streaming = []
         self._free_objects()
         self._destroyed = True
         self._mgr._stats["sequences"] -= 1
@@ -281,6 +284,9 @@ class Sequence(ManagedObject):
 
     def _end(self) -> None:
         _vk.check(lib.vkEndCommandBuffer(self._cmd), "vkEndCommandBuffer")
+        # the few ops with host work around the submission, so a long sequence of dispatches
+        # pays nothing for them on each eval
+        self._streaming = [o for o in self._ops if o.streams]
         self._recording = False
         self._ended = True
 
