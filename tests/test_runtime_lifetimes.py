@@ -83,6 +83,19 @@ def _rss_kib() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
+def test_tensor_algorithm_and_sequence_are_context_managers(mgr, compile_glsl):
+    before = mgr.get_stats()
+    with mgr.tensor(np.arange(8, dtype=np.float32)) as a, mgr.tensor(np.zeros(8, np.float32)) as b:
+        with mgr.algorithm([a, b], compile_glsl(COPY), (1, 1, 1)) as algo, mgr.sequence() as seq:
+            seq.eval(kp.OpTensorSyncDevice([a])).eval(kp.OpAlgoDispatch(algo)).eval(kp.OpTensorSyncLocal([b]))
+            assert b.data().tolist() == list(range(8))
+        assert not algo.is_init() and seq._destroyed, "leaving the with block must destroy algorithm and sequence"
+    assert not a.is_init() and not b.is_init(), "leaving the with block must destroy the tensors"
+    after = mgr.get_stats()
+    assert {k: after[k] for k in ("tensors", "algorithms", "sequences")} == \
+        {k: before[k] for k in ("tensors", "algorithms", "sequences")}, f"live objects before {before}, after {after}"
+
+
 def test_thousands_of_create_destroy_cycles_do_not_grow(mgr, compile_glsl):
     spv = compile_glsl(COPY)
 

@@ -187,6 +187,13 @@ class ManagedObject:
 
     _destroyed = True
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        # `with mgr.sequence() as seq:` frees the object at the block's end, even on error
+        self.destroy()
+
     def __del__(self):
         try:
             # also while the Manager tears down: a cycle collected mid-teardown must still free
