@@ -50,3 +50,115 @@ def test_measured_work_spanning_several_batches_is_summed(vk_backend):
     a, o = be.allocate(4 * n), be.allocate(4 * n)
     ns = be.measure_gpu_ns(lambda: [be.silu(a, o, n) for _ in range(300)])  # > batch_ops (64)
     assert ns is not None and ns > 0
+
+
+# ---- replay_gpu_ns: record once, submit the recording per sample -----------------------------
+
+def _filled(be, values: np.ndarray):
+    h = be.allocate(values.nbytes)
+    be.copy_to_device(values, h)
+    return h
+
+
+def _read(be, h, n: int) -> np.ndarray:
+    out = np.empty(n, np.float32)
+    be.copy_from_device(h, out)
+    return out
+
+
+def test_replay_times_each_run_and_leaves_the_calls_results(vk_backend):
+    be = vk_backend
+    n = 1 << 16
+    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    a, o = _filled(be, x), be.allocate(4 * n)
+    after = []
+    ns = be.replay_gpu_ns(lambda: [be.silu(a, o, n) for _ in range(5)], 4, after_run=lambda: after.append(1))
+    assert ns is not None and len(ns.gpu_ns) == 4 and all(v > 0 for v in ns.gpu_ns), f"expected 4 positive GPU times, got {ns}"
+    assert all(w >= g for g, w in zip(ns.gpu_ns, ns.wall_ns)), f"wall time below GPU time: {ns}"
+    assert len(after) == 4, f"after_run must be called once per timed run, was called {len(after)} times"
+    ref = x / (1 + np.exp(-x.astype(np.float64)))
+    got = _read(be, o, n)
+    assert np.max(np.abs(got - ref)) < 1e-5 * max(1.0, float(np.max(np.abs(ref)))), "replayed silu gave wrong output"
+
+
+def test_replay_of_more_calls_takes_longer(vk_backend):
+    be = vk_backend
+    n = 1 << 18
+    a, b, o = (be.allocate(4 * n) for _ in range(3))
+    few = min(be.replay_gpu_ns(lambda: [be.add(a, b, o, n) for _ in range(2)], 3).gpu_ns)
+    many = min(be.replay_gpu_ns(lambda: [be.add(a, b, o, n) for _ in range(20)], 3).gpu_ns)
+    assert many > 3 * few, f"20 replayed adds took {many} ns, 2 took {few} ns"
+
+
+def test_replay_falls_back_when_the_calls_need_the_host_and_runs_them_in_order(vk_backend):
+    be = vk_backend
+    n = 4096
+    x = np.arange(n, dtype=np.float32)
+    a, o = _filled(be, x), be.allocate(4 * n)
+    seen = np.empty(n, np.float32)
+
+    def issue():
+        be.add(a, a, o, n)
+        be.copy_from_device(o, seen)  # needs the add's result on the host: cannot be replayed
+        be.add(o, a, o, n)
+
+    assert be.replay_gpu_ns(issue, 3) is None, "a host read inside the calls must make replay decline"
+    np.testing.assert_array_equal(seen, 2 * x, err_msg="the read inside issue() must see the add before it")
+    np.testing.assert_array_equal(_read(be, o, n), 3 * x, err_msg="calls after the read must run once, in order")
+
+
+def test_an_error_while_recording_still_runs_the_calls_before_it(vk_backend):
+    be = vk_backend
+    n = 1024
+    x = np.full(n, 1.5, np.float32)
+    a, o = _filled(be, x), be.allocate(4 * n)
+
+    def issue():
+        be.add(a, a, o, n)
+        raise KeyError("boom")
+
+    with pytest.raises(KeyError, match="boom"):
+        be.replay_gpu_ns(issue, 2)
+    np.testing.assert_array_equal(_read(be, o, n), 2 * x)
+    be.add(o, a, o, n)  # the backend records and runs on normally
+    np.testing.assert_array_equal(_read(be, o, n), 3 * x)
+
+
+def test_buffers_freed_while_recording_outlive_the_replay(vk_backend):
+    be = vk_backend
+    n = 4096
+    a = _filled(be, np.ones(n, np.float32))
+    keep = be.allocate(4 * n)
+
+    def issue():
+        tmp = be.allocate(4 * n)
+        be.add(a, a, tmp, n)
+        be.copy_buffer(tmp, keep, 4 * n)
+        be.free(tmp)  # still used by the recording: must live until the replays are done
+
+    assert be.replay_gpu_ns(issue, 3) is not None
+    np.testing.assert_array_equal(_read(be, keep, n), np.full(n, 2, np.float32))
+    assert be.cache_stats()["graveyard"] == 0, "the freed buffer must be destroyed once the replays finished"
+
+
+def test_replay_rejects_bad_runs_and_creates_nothing(vk_backend):
+    be = vk_backend
+    before = be.cache_stats()["runtime_sequences"]
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="runs must be an int >= 1"):
+            be.replay_gpu_ns(lambda: None, bad)
+    assert be.replay_gpu_ns(lambda: None, 2) is None, "nothing recorded: nothing to time"
+    assert be.cache_stats()["runtime_sequences"] == before
+
+
+def test_many_replays_do_not_leak_sequences(vk_backend):
+    be = vk_backend
+    n = 256
+    a, o = be.allocate(4 * n), be.allocate(4 * n)
+    be.replay_gpu_ns(lambda: be.silu(a, o, n), 1)  # the silu algorithm is cached from here on
+    before = be.cache_stats()
+    for _ in range(200):
+        be.replay_gpu_ns(lambda: be.silu(a, o, n), 1)
+    after = be.cache_stats()
+    for key in ("runtime_sequences", "runtime_tensors", "runtime_algorithms", "graveyard"):
+        assert after.get(key) == before.get(key), f"{key}: {before.get(key)} before 200 replays, {after.get(key)} after"

@@ -7,15 +7,21 @@ dependent ops.  Pipelines are shared through the runtime's pipeline cache; each 
 (one descriptor set) is cached per (kernel, buffers) in an LRU that only evicts entries no
 submitted-but-unfinished batch uses, and a freed buffer's algorithms go with it.  Buffers
 freed while a batch may still use them are destroyed once that batch has finished.
+
+:meth:`VulkanBackend.replay_gpu_ns` records the calls a benchmark issues into one command
+buffer and submits it again and again: the device then runs the calls back to back (with the
+same barriers between them), so kernels that take less time than Python needs to issue them are
+timed at the clock a busy GPU runs at, not the idle clock of a GPU waiting for its host.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 import numpy as np
 
@@ -48,6 +54,27 @@ class _Slot:
     serial: int = 0
     n_ops: int = 0
     submitted: bool = False
+
+
+class ReplayTimes(NamedTuple):
+    """Per timed run of :meth:`VulkanBackend.replay_gpu_ns`: GPU ns (first to last
+    timestamp) and host wall ns (submit to wait returned, an independent check)."""
+
+    gpu_ns: list[float]
+    wall_ns: list[float]
+
+
+@dataclass
+class _Capture:
+    """Ops recorded into one sequence (never submitted by the ring) for replay_gpu_ns."""
+
+    seq: Any
+    n_ops: int = 0
+
+
+#: most ops one replay_gpu_ns capture records (its sequence holds a timestamp after each op);
+#: a longer issue() runs through the ring instead, and replay_gpu_ns returns None
+CAPTURE_MAX_OPS = 8192
 
 
 @dataclass
@@ -121,6 +148,7 @@ class VulkanBackend(ComputeBackend):
         self._rope_tables: OrderedDict[tuple[int, float], int] = OrderedDict()
         self._submissions = 0
         self._timing: list[int | None] | None = None  # GPU ns per retired batch while measuring
+        self._capture: _Capture | None = None  # while replay_gpu_ns records
 
     # -- identity ---------------------------------------------------------------------------------
     def name(self) -> str:
@@ -443,6 +471,17 @@ class VulkanBackend(ComputeBackend):
         self._record(op, keys)
 
     def _record(self, op: Any, keys: Iterable[int], flush_ok: bool = True) -> None:
+        cap = self._capture
+        if cap is not None:
+            if getattr(op, "streams", False) or cap.n_ops >= CAPTURE_MAX_OPS:
+                # host work around the submission (streamed transfers) cannot be replayed
+                self._spill_capture()
+            else:
+                cap.seq.record(op)
+                cap.n_ops += 1
+                for k in keys:
+                    self._buffers[k].last_serial = self._serial
+                return
         slot = self._ring[self._current]
         if slot.submitted:
             self._retire_through(slot.serial)
@@ -456,6 +495,8 @@ class VulkanBackend(ComputeBackend):
 
     def _submit(self) -> None:
         """Submit the batch being recorded (if any) and move to the next ring slot."""
+        if self._capture is not None:
+            self._spill_capture()  # the caller needs the results now: run what was captured
         slot = self._ring[self._current]
         if slot.submitted or slot.n_ops == 0:
             return  # nothing recorded since the ring came round to a slot still in flight
@@ -497,6 +538,79 @@ class VulkanBackend(ComputeBackend):
         if not spans or any(x is None for x in spans):
             return None
         return float(sum(spans))
+
+    def replay_gpu_ns(self, issue: Callable[[], None], runs: int, *,
+                      warm_until: Callable[[], bool] | None = None, warm_max_s: float = 0.0,
+                      after_run: Callable[[], None] | None = None) -> ReplayTimes | None:
+        """Record the ops ``issue()`` makes into one command buffer, then submit it
+        ``runs`` times and return the GPU ns of each (its first to last timestamp) and the
+        host wall time of each submission (to its wait's return).
+
+        Before the timed runs it is submitted while ``warm_until()`` is False, for at most
+        ``warm_max_s`` seconds (to bring the GPU to its boost clock); ``after_run()`` is called
+        after each timed run (e.g. to read the clock it ran at).  Each run repeats the same
+        work, so the calls must be safe to run again (benchmarks are).  Returns None, with
+        every op issued still run once and in order, when ``issue()`` needed results on the
+        host midway (a read, synchronize, a streamed transfer), recorded more than
+        CAPTURE_MAX_OPS ops, or the device has no timestamps."""
+        self._check_open("replay_gpu_ns")
+        if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+            raise ValueError(f"replay_gpu_ns: runs must be an int >= 1, got {runs!r}")
+        if not self._ts_capacity:
+            return None
+        self._flush_and_wait()
+        cap = _Capture(self._mgr.sequence(total_timestamps=CAPTURE_MAX_OPS + 1))
+        self._capture = cap
+        try:
+            issue()
+        except BaseException:
+            if self._capture is cap:
+                self._spill_capture()  # what was issued before the error still runs
+            raise
+        if self._capture is not cap:
+            return None  # spilled: issue() needed the host; its work has run
+        self._capture = None
+        out = ReplayTimes([], [])
+        try:
+            if cap.n_ops == 0:
+                return None
+            t0 = time.perf_counter()
+            cap.seq.eval()  # at least once untimed: first touches, lazy driver work
+            while warm_until is not None and not warm_until() and time.perf_counter() - t0 < warm_max_s:
+                cap.seq.eval()
+            for _ in range(runs):
+                t1 = time.perf_counter_ns()
+                cap.seq.eval()
+                wall = time.perf_counter_ns() - t1
+                ts = cap.seq.get_timestamps()
+                if after_run is not None:
+                    after_run()
+                if len(ts) != cap.n_ops + 1:
+                    return None
+                out.gpu_ns.append(float(ts[-1] - ts[0]))
+                out.wall_ns.append(float(wall))
+            self._submissions += 2 + runs
+        finally:
+            self._end_capture(cap)
+        return out
+
+    def _spill_capture(self) -> None:
+        """Stop capturing: run the captured ops once, now, as an ordinary batch would."""
+        cap, self._capture = self._capture, None
+        try:
+            if cap.n_ops:
+                cap.seq.eval()
+                self._submissions += 1
+        finally:
+            self._end_capture(cap)
+
+    def _end_capture(self, cap: _Capture) -> None:
+        # the capture ran as batch `serial` (nothing else used that serial): it is complete,
+        # and what was buried under it may go; the ring records on under the next serial
+        cap.seq.destroy()
+        self._completed = max(self._completed, self._serial)
+        self._serial += 1
+        self._bury_done()
 
     def _flush_and_wait(self) -> None:
         self._submit()

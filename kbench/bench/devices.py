@@ -8,6 +8,7 @@ from typing import Any
 
 from .queues import QueueConfig, queue_configs
 from .targets import Lane, Target
+from .timing import GpuSamples
 
 BACKENDS = ("vulkan", "numpy")
 
@@ -138,22 +139,43 @@ def open_target(backend: str, props: dict[str, Any], config: QueueConfig) -> Tar
 
 def gpu_timer_for(backend: Any):
     """A GPU timer for `backend` when it offers ``measure_gpu_ns(issue) -> ns`` (issue the ops
-    `issue()` makes, wait, return device time from sequence timestamps); None otherwise."""
+    `issue()` makes, wait, return device time from sequence timestamps); None otherwise.
+
+    Where the backend can also replay (``replay_gpu_ns``), a sample's calls are recorded once and
+    the recording is submitted once per sample (``GpuSamples.method`` "replay"): Python issues a
+    small dispatch in tens of microseconds, so kernels shorter than that would otherwise be timed
+    on a GPU that idles between them and never leaves its low clocks.  Cases whose calls need the
+    host midway (reads, synchronize) fall back to timing batches as they are issued ("stream")."""
     measure = getattr(backend, "measure_gpu_ns", None)
     if measure is None:
         return None
+    replay = getattr(backend, "replay_gpu_ns", None)
 
-    def timer(lane: Lane, launch, wait, repeats: int, policy) -> list[float]:
+    def timer(lane: Lane, launch, wait, repeats: int, policy, *, watch=None, ready=None,
+              ops: tuple[str, ...] = ()) -> GpuSamples | None:
+        def issue() -> None:
+            for _ in range(repeats):
+                launch()
+
+        if replay is not None:
+            got = replay(issue, policy.samples, warm_until=ready, warm_max_s=policy.settle_max_s, after_run=watch)
+            if got:
+                return GpuSamples([ns / repeats for ns in got.gpu_ns], "replay", [ns / repeats for ns in got.wall_ns])
         out = []
         for _ in range(policy.samples):
-            def issue() -> None:
+            first = [True]
+
+            def issue_and_watch() -> None:
                 for _ in range(repeats):
                     launch()
-            ns = measure(issue)
+                    if first[0] and watch is not None:
+                        watch()  # the first call's work is running by now
+                    first[0] = False
+            ns = measure(issue_and_watch)
             if ns is None:
-                return []
+                return None
             out.append(ns / repeats)
-        return out
+        return GpuSamples(out, "stream")
 
     return timer
 

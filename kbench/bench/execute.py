@@ -314,24 +314,24 @@ def _time(inst: Instance, target: Target, states: list[tuple[Lane, Any]], rec: d
         host, repeats = host_samples(run_sample, policy, ready=ready, info=settle)
         seen_mhz: list[float] = []
 
-        issued = [0]
-
-        def launch_and_watch(lane: Lane, state: Any) -> None:
-            case.launch(lane, state, params)
-            # once per sample (the first call's work is running by now), not on every call
-            if clock is not None and issued[0] % repeats == 0:
-                mhz = clock.mhz()
-                if mhz is not None:
-                    seen_mhz.append(mhz)
-            issued[0] += 1
+        def watch() -> None:
+            # once per sample, while (or right after) the sample's work runs
+            mhz = clock.mhz() if clock is not None else None
+            if mhz is not None:
+                seen_mhz.append(mhz)
         lanes = len(states)
-        gpu = None
+        gpu, gpu_method, replay_wall = None, None, None
         if case.layer == "runtime" and lanes == 1:
             gpu = _sequence_gpu_samples(inst, *states[0], repeats, policy)
+            gpu_method = "sequence" if gpu else None
         elif target.gpu_timer is not None and lanes == 1:
             lane, state = states[0]
-            gpu = target.gpu_timer(lane, lambda: launch_and_watch(lane, state),
-                                   lambda: _wait(inst, lane, state), repeats, policy)
+            got = target.gpu_timer(lane, lambda: case.launch(lane, state, params),
+                                   lambda: _wait(inst, lane, state), repeats, policy,
+                                   watch=watch if clock is not None else None, ready=ready,
+                                   ops=tuple(case.ops))
+            if got is not None and got.ns:
+                gpu, gpu_method, replay_wall = got.ns, got.method, got.wall_ns
     finally:
         if keeper is not None:
             keeper.resume()
@@ -347,10 +347,16 @@ def _time(inst: Instance, target: Target, states: list[tuple[Lane, Any]], rec: d
     rec["flops"] = inst.flops * lanes or None
     rec.update(throughput(inst.bytes_moved * lanes, inst.flops * lanes, median))
     rec["timer"] = "gpu" if gpu else "host"
+    if gpu_method:
+        rec["gpu_timing"] = gpu_method
     if gpu:
         # a cross-check of the GPU clock against host time of the same work (which also holds
-        # submission and wait overhead, so it is >= GPU time; close to 1 for long kernels)
-        rec["gpu_host_ratio"] = rec["gpu_ns"]["median"] / rec["host_ns"]["median"]
+        # submission and wait overhead, so it is >= GPU time; close to 1 for long kernels); a
+        # replayed sample's own wall time is that work, Python's issuing of the calls is not
+        wall = replay_wall or host
+        if replay_wall:
+            rec["replay_wall_ns"] = stats(replay_wall, repeats)
+        rec["gpu_host_ratio"] = rec["gpu_ns"]["median"] / float(np.median(wall))
     clocks = read_clocks(target.props)
     if isinstance(clocks, dict):
         # the SM clock seen while the GPU-timed samples ran (read after each call is issued)

@@ -22,6 +22,7 @@ from kbench.backend.base import BufferHandle, ComputeBackend, DeviceInfo
 from kbench.quant import DType
 
 from .targets import Lane, Target
+from .timing import GpuSamples
 
 PEER_NAME = "torch-cuda"
 
@@ -233,21 +234,74 @@ class TorchBackend(ComputeBackend):
         self._touch(output)
 
 
-def cuda_event_timer(torch: Any):
-    """GPU timer from CUDA events around `repeats` launches (the peer's counterpart of Vulkan
-    timestamps)."""
+#: backend ops that are device work only on the peer (no host copies, no synchronize): a case
+#: made of these can be captured into a CUDA graph
+GRAPH_OPS = frozenset({"matmul", "matmul_f16", "softmax", "rms_norm", "rope", "silu", "element_mul", "add",
+                       "attn_score", "attn_value", "quantized_matmul", "copy_buffer", "copy_buffer_offset"})
 
-    def timer(lane: Lane, launch, wait, repeats: int, policy) -> list[float]:
-        out = []
-        for _ in range(policy.samples):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
+
+def _capture_graph(torch: Any, launch, repeats: int) -> Any:
+    """A CUDA graph of `repeats` calls of `launch`, or None where capture fails."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up off the default stream, as graph capture asks
+        launch()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
             for _ in range(repeats):
                 launch()
-            end.record()
-            end.synchronize()
-            out.append(start.elapsed_time(end) * 1e6 / repeats)  # ms -> ns per call
-        return out
+    except Exception:  # noqa: BLE001 - an op the graph cannot hold: time the stream instead
+        torch.cuda.synchronize()
+        return None
+    return graph
+
+
+def cuda_event_timer(torch: Any):
+    """GPU timer from CUDA events around `repeats` launches (the peer's counterpart of Vulkan
+    timestamps).  Cases made only of GRAPH_OPS are captured into a CUDA graph once and the graph
+    is replayed per sample ("replay", as the Vulkan side resubmits one command buffer); others
+    are issued from Python per sample ("stream")."""
+    import time
+
+    def elapsed_ns(run) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e6  # ms -> ns
+
+    def timer(lane: Lane, launch, wait, repeats: int, policy, *, watch=None, ready=None,
+              ops: tuple[str, ...] = ()) -> GpuSamples:
+        graph = _capture_graph(torch, launch, repeats) if ops and set(ops) <= GRAPH_OPS else None
+        if graph is not None:
+            graph.replay()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            while ready is not None and not ready() and time.perf_counter() - t0 < policy.settle_max_s:
+                graph.replay()
+                torch.cuda.synchronize()
+            out, wall = [], []
+            for _ in range(policy.samples):
+                t1 = time.perf_counter_ns()
+                out.append(elapsed_ns(graph.replay) / repeats)
+                wall.append((time.perf_counter_ns() - t1) / repeats)
+                if watch is not None:
+                    watch()
+            del graph
+            return GpuSamples(out, "replay", wall)
+        out = []
+        for _ in range(policy.samples):
+            def run() -> None:
+                for i in range(repeats):
+                    launch()
+                    if i == 0 and watch is not None:
+                        watch()
+            out.append(elapsed_ns(run) / repeats)
+        return GpuSamples(out, "stream")
 
     return timer
 

@@ -39,6 +39,22 @@ class TimingPolicy:
 
 
 GPU_POLICY = TimingPolicy()
+
+
+@dataclass
+class GpuSamples:
+    """What a target's GPU timer measured: ns per call for each sample, and how.
+
+    ``method`` "replay": the sample's calls were recorded once (a Vulkan command buffer, a CUDA
+    graph) and the recording was submitted once per sample, so the device ran them back to back
+    whatever the host's issue rate; "stream": each sample issued its calls from Python (the
+    device may have waited for the host between calls, at whatever clock that left it)."""
+
+    ns: list[float]
+    method: str
+    #: host wall ns per call of the same replayed submissions (None for "stream": the host
+    #: timer of a stream sample is the case's host_ns)
+    wall_ns: list[float] | None = None
 #: lavapipe / CPU drivers: short samples keep the CI bench quick
 CPU_POLICY = TimingPolicy(min_sample_s=0.002, samples=3, warmup=1, max_repeats=50, max_total_s=1.0,
                           settle_max_s=0.0)
