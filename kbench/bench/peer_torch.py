@@ -333,16 +333,18 @@ def _peer_copy_bandwidth(torch: Any) -> dict[str, Any]:
 
     src = torch.empty(PEER_COPY_BYTES, dtype=torch.uint8, device="cuda").random_()
     dst = torch.empty_like(src)
-    for _ in range(20):  # warm-up, and the clocks up
+    for _ in range(200):  # warm-up: about 30 ms of copies, and the clocks up
         dst.copy_(src)
-    times = []
-    for _ in range(20):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+    # back to back with an event between copies, as the Vulkan copy peak takes a timestamp
+    # between dispatches of one submission: a wait per copy would let the GPU idle between
+    # samples and time the clock governor as much as the copy
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(21)]
+    events[0].record()
+    for e in events[1:]:
         dst.copy_(src)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e6)
+        e.record()
+    events[-1].synchronize()
+    times = [a.elapsed_time(b) * 1e6 for a, b in zip(events, events[1:])]
     s = stats(times, 1)
     return {"value": 2 * PEER_COPY_BYTES / s["median"], "gpu_ns": s, "bytes": 2 * PEER_COPY_BYTES,
             "params": {"buffer_bytes": PEER_COPY_BYTES, "timer": "cuda events"}}
