@@ -108,3 +108,19 @@ def test_clock_keeper_submits_only_while_resumed_and_closes_its_device():
     finally:
         keeper.close()
     assert not keeper._mgr._alive, "the keeper's Manager is still alive after close()"
+
+
+def test_samples_hold_whole_cycles_of_a_rotating_case():
+    calls = []
+    policy = TimingPolicy(min_sample_s=0.0001, samples=2, warmup=0, max_repeats=2, settle_max_s=0.0)
+    out, repeats = host_samples(lambda r: calls.append(r), policy, multiple=8)
+    assert repeats == 8, f"a case that rotates through 8 copies needs samples of 8 calls, got {repeats}"
+    assert calls[-len(out):] == [8] * len(out), f"timed samples ran {calls}"
+
+
+def test_quantized_matmul_cycle_is_its_weight_copies():
+    from kbench.cases.ops import QUANTIZED_MATMUL, _qmm_copies
+
+    p = {"n_rows": 14336, "n_cols": 4096, "rotate_mib": 256, "dtype": "Q4_0"}
+    assert QUANTIZED_MATMUL.cycle(p) == _qmm_copies(p) == 9, "256 MiB of 33 MB Q4_0 copies is 9 copies"
+    assert QUANTIZED_MATMUL.cycle({"n_rows": 64, "n_cols": 256, "dtype": "Q4_0"}) == 1

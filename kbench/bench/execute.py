@@ -311,7 +311,8 @@ def _time(inst: Instance, target: Target, states: list[tuple[Lane, Any]], rec: d
     try:
         settle: dict[str, Any] = {}
         ready = clock.boosted if clock is not None and clock.available else None
-        host, repeats = host_samples(run_sample, policy, ready=ready, info=settle)
+        host, repeats = host_samples(run_sample, policy, ready=ready, info=settle,
+                                     multiple=max(1, int(case.cycle(params))))
         seen_mhz: list[float] = []
 
         def watch() -> None:

@@ -102,14 +102,15 @@ def settle(sample: Callable[[], float], tol: float, max_s: float, *, start: floa
 
 def host_samples(run_sample: Callable[[int], None], policy: TimingPolicy,
                  ready: Callable[[], bool] | None = None,
-                 info: dict | None = None) -> tuple[list[float], int]:
+                 info: dict | None = None, multiple: int = 1) -> tuple[list[float], int]:
     """Warm up, calibrate, settle, then time `run_sample(repeats)` (issue + wait) on the host clock.
 
     Settling (policy.settle_max_s > 0) repeats samples until two in a row agree within
     policy.settle_tol and `ready()` (e.g. "the GPU clock is boosted") holds: GPUs leave their
     idle clocks only after seconds of sustained work, and samples taken before that measure
     the clock governor, not the kernel. `info`, when given, receives warmup_s, settled and
-    warmup_samples. Returns per-call nanoseconds for each sample and the repeats used.
+    warmup_samples. `repeats` is rounded up to a multiple of `multiple`. Returns per-call
+    nanoseconds for each sample and the repeats used.
     """
     t_start = time.perf_counter()
     for _ in range(policy.warmup):
@@ -118,6 +119,9 @@ def host_samples(run_sample: Callable[[int], None], policy: TimingPolicy,
     run_sample(1)
     one = (time.perf_counter_ns() - t0) / 1e9
     repeats = choose_repeats(one, policy)
+    # whole cycles of a case that rotates its inputs (may exceed policy.max_repeats: a sample
+    # that rereads a subset of the copies would time caches, not memory)
+    repeats = -(-repeats // multiple) * multiple
     settled, n_settle = True, 0
     if policy.settle_max_s > 0:
         def one_sample() -> float:

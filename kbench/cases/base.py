@@ -45,6 +45,10 @@ def _zero(_: Params) -> int:
     return 0
 
 
+def _one(_: Params) -> int:
+    return 1
+
+
 def _no_features(_: Params) -> tuple[str, ...]:
     return ()
 
@@ -84,6 +88,10 @@ class Case:
     #: wait for launched work without reading back (benchmark samples); None means the lane's
     #: backend.synchronize()
     wait: Callable[[Any, Any, Params], None] | None = None
+    #: calls after which `launch` comes back to the same inputs (it rotates through copies of
+    #: its weights): a timed sample holds whole cycles, so that a sample, replayed or not,
+    #: reads every copy as often as the others and none stays in a cache between calls
+    cycle: Callable[[Params], int] = _one
 
     def __post_init__(self) -> None:
         if self.layer not in LAYERS:

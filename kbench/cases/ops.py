@@ -365,7 +365,7 @@ QUANTIZED_MATMUL = Case(
     bytes_moved=_qmm_bytes, flops=lambda p: 2 * int(p["n_rows"]) * int(p["n_cols"]),
     footprint=lambda p: _qmm_bytes(p) + (_qmm_copies(p) - 1) * _qmm_weight_bytes(p),
     largest_buffer=_qmm_weight_bytes,
-    peak="copy_bandwidth",
+    peak="copy_bandwidth", cycle=_qmm_copies,
 )
 
 
