@@ -22,6 +22,9 @@ if [ "$what" = bench ]; then
       -k "copy_roundtrip[size=536870912]" -k "issue_rate" -k "kp_sync[size=16777216,dtype=float32]")
   timeout ${BENCH_S:-540} python3 -m kbench bench --peer torch --quiet --out "$out/b" "${k[@]}" > "$out/bench.log" 2>&1
   tail -8 "$out/bench.log"
+  # the peer's fp16 matrix-vector product of the quantized_matmul shapes (torch.mv, CUDA events), same machine
+  timeout 40 python3 scripts/probe_qmatvec.py --torch-only > "$out/torch_mv.log" 2>&1
+  cat "$out/torch_mv.log"
   # the two halves of a staged transfer and the streamed syncs; the streamed-transfer tests
   timeout ${TRANSFER_S:-60} python3 scripts/probe_transfer.py --mib 256 > "$out/probe_transfer.log" 2>&1
   tail -14 "$out/probe_transfer.log"

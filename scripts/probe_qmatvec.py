@@ -215,9 +215,17 @@ def main(argv=None) -> int:
                     help="also time a copy of the weight bytes and a 64-row dispatch (default: not with --small)")
     ap.add_argument("--warm-s", type=float, default=None, help="seconds of copies before timing, so "
                     "the GPU is at its boost clock (default 6; 0 with --small)")
+    ap.add_argument("--torch-only", action="store_true", help="only the torch.mv float16 peer figures")
     args = ap.parse_args(argv)
 
     shapes = SMALL_SHAPES if args.small else SHAPES
+    if args.torch_only:
+        tm = torch_mv(shapes, args.repeats or 7, args.loops or 4, 4 * L2_BYTES + 1)
+        if not tm:
+            print("# torch.mv: PyTorch with CUDA is not available")
+        for (r, c), (ns, tbs, copies) in tm.items():
+            print(f"fp16  {r:>5}x{c:<5} torch.mv x{copies:<2} copies {ns / 1e3:8.2f} us {tbs:6.3f} TB/s")
+        return 0
     variants = args.variants or (SMALL_VARIANTS if args.small else DEFAULT_VARIANTS)
     configs = [(v, parse_variant(v)) for v in variants]
     repeats = args.repeats or (3 if args.small else 5)
