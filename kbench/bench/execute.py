@@ -321,7 +321,7 @@ def _time(inst: Instance, target: Target, states: list[tuple[Lane, Any]], rec: d
             if mhz is not None:
                 seen_mhz.append(mhz)
         lanes = len(states)
-        gpu, gpu_method, replay_wall = None, None, None
+        gpu, gpu_method, replay_wall, gpu_other = None, None, None, None
         if case.layer == "runtime" and lanes == 1:
             gpu = _sequence_gpu_samples(inst, *states[0], repeats, policy)
             gpu_method = "sequence" if gpu else None
@@ -332,7 +332,7 @@ def _time(inst: Instance, target: Target, states: list[tuple[Lane, Any]], rec: d
                                    watch=watch if clock is not None else None, ready=ready,
                                    ops=tuple(case.ops))
             if got is not None and got.ns:
-                gpu, gpu_method, replay_wall = got.ns, got.method, got.wall_ns
+                gpu, gpu_method, replay_wall, gpu_other = got.ns, got.method, got.wall_ns, got.other
     finally:
         if keeper is not None:
             keeper.resume()
@@ -350,6 +350,8 @@ def _time(inst: Instance, target: Target, states: list[tuple[Lane, Any]], rec: d
     rec["timer"] = "gpu" if gpu else "host"
     if gpu_method:
         rec["gpu_timing"] = gpu_method
+    if gpu_other:
+        rec["gpu_timing_other"] = gpu_other
     if gpu:
         # a cross-check of the GPU clock against host time of the same work (which also holds
         # submission and wait overhead, so it is >= GPU time; close to 1 for long kernels); a

@@ -261,9 +261,14 @@ def _capture_graph(torch: Any, launch, repeats: int) -> Any:
 
 def cuda_event_timer(torch: Any):
     """GPU timer from CUDA events around `repeats` launches (the peer's counterpart of Vulkan
-    timestamps).  Cases made only of GRAPH_OPS are captured into a CUDA graph once and the graph
-    is replayed per sample ("replay", as the Vulkan side resubmits one command buffer); others
-    are issued from Python per sample ("stream")."""
+    timestamps).  Every case is timed as PyTorch runs eagerly: the calls issued from Python per
+    sample ("stream").  Cases made only of GRAPH_OPS are also captured into a CUDA graph once and
+    the graph replayed per sample ("replay", as the Vulkan side resubmits one command buffer), and
+    the peer keeps the faster of the two: a graph is what a user would reach for where Python's
+    issue rate limits the GPU, but it is not always faster (on the H200 a graph ran large copies
+    on the copy engine at 2.7 TB/s, and 1 GiB silu 27% slower than eager launches), and a kbench
+    figure is only claimed against the peer's best."""
+    import statistics
     import time
 
     def elapsed_ns(run) -> float:
@@ -274,25 +279,23 @@ def cuda_event_timer(torch: Any):
         end.synchronize()
         return start.elapsed_time(end) * 1e6  # ms -> ns
 
-    def timer(lane: Lane, launch, wait, repeats: int, policy, *, watch=None, ready=None,
-              ops: tuple[str, ...] = ()) -> GpuSamples:
-        graph = _capture_graph(torch, launch, repeats) if ops and set(ops) <= GRAPH_OPS else None
-        if graph is not None:
+    def replayed(graph, repeats: int, policy, watch, ready) -> GpuSamples:
+        graph.replay()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        while ready is not None and not ready() and time.perf_counter() - t0 < policy.settle_max_s:
             graph.replay()
             torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            while ready is not None and not ready() and time.perf_counter() - t0 < policy.settle_max_s:
-                graph.replay()
-                torch.cuda.synchronize()
-            out, wall = [], []
-            for _ in range(policy.samples):
-                t1 = time.perf_counter_ns()
-                out.append(elapsed_ns(graph.replay) / repeats)
-                wall.append((time.perf_counter_ns() - t1) / repeats)
-                if watch is not None:
-                    watch()
-            del graph
-            return GpuSamples(out, "replay", wall)
+        out, wall = [], []
+        for _ in range(policy.samples):
+            t1 = time.perf_counter_ns()
+            out.append(elapsed_ns(graph.replay) / repeats)
+            wall.append((time.perf_counter_ns() - t1) / repeats)
+            if watch is not None:
+                watch()
+        return GpuSamples(out, "replay", wall)
+
+    def streamed(launch, repeats: int, policy, watch) -> GpuSamples:
         out = []
         for _ in range(policy.samples):
             def run() -> None:
@@ -302,6 +305,20 @@ def cuda_event_timer(torch: Any):
                         watch()
             out.append(elapsed_ns(run) / repeats)
         return GpuSamples(out, "stream")
+
+    def timer(lane: Lane, launch, wait, repeats: int, policy, *, watch=None, ready=None,
+              ops: tuple[str, ...] = ()) -> GpuSamples:
+        eager = streamed(launch, repeats, policy, watch)
+        graph = _capture_graph(torch, launch, repeats) if ops and set(ops) <= GRAPH_OPS else None
+        if graph is None:
+            return eager
+        try:
+            replay = replayed(graph, repeats, policy, watch, ready)
+        finally:
+            del graph
+        best, other = sorted((eager, replay), key=lambda g: statistics.median(g.ns))
+        best.other = {"method": other.method, "median_ns": statistics.median(other.ns)}
+        return best
 
     return timer
 

@@ -55,6 +55,8 @@ class GpuSamples:
     #: host wall ns per call of the same replayed submissions (None for "stream": the host
     #: timer of a stream sample is the case's host_ns)
     wall_ns: list[float] | None = None
+    #: where a timer tried two methods and kept the faster: the other one's method and median
+    other: dict | None = None
 #: lavapipe / CPU drivers: short samples keep the CI bench quick
 CPU_POLICY = TimingPolicy(min_sample_s=0.002, samples=3, warmup=1, max_repeats=50, max_total_s=1.0,
                           settle_max_s=0.0)
