@@ -265,8 +265,8 @@ def cuda_event_timer(torch: Any):
     sample ("stream").  Cases made only of GRAPH_OPS are also captured into a CUDA graph once and
     the graph replayed per sample ("replay", as the Vulkan side resubmits one command buffer), and
     the peer keeps the faster of the two: a graph is what a user would reach for where Python's
-    issue rate limits the GPU, but it is not always faster (on the H200 a graph ran large copies
-    on the copy engine at 2.7 TB/s, and 1 GiB silu 27% slower than eager launches), and a kbench
+    issue rate limits the GPU, but it is not always faster (on the H200 a graph ran 1 GiB copies at
+    2.7 TB/s against 4.2 eager, and 1 GiB silu 27% slower than eager launches), and a kbench
     figure is only claimed against the peer's best."""
     import statistics
     import time
