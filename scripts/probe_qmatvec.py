@@ -200,6 +200,11 @@ def torch_mv(shapes, repeats, loops, min_total):
     return res
 
 
+def print_torch_mv(tm: dict) -> None:
+    for (r, c), (ns, tbs, copies) in tm.items():
+        print(f"fp16  {r:>5}x{c:<5} torch.mv x{copies:<2} copies {ns / 1e3:8.2f} us {tbs:6.3f} TB/s")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--small", action="store_true", help="small shapes, few variants (lavapipe)")
@@ -223,8 +228,7 @@ def main(argv=None) -> int:
         tm = torch_mv(shapes, args.repeats or 7, args.loops or 4, 4 * L2_BYTES + 1)
         if not tm:
             print("# torch.mv: PyTorch with CUDA is not available")
-        for (r, c), (ns, tbs, copies) in tm.items():
-            print(f"fp16  {r:>5}x{c:<5} torch.mv x{copies:<2} copies {ns / 1e3:8.2f} us {tbs:6.3f} TB/s")
+        print_torch_mv(tm)
         return 0
     variants = args.variants or (SMALL_VARIANTS if args.small else DEFAULT_VARIANTS)
     configs = [(v, parse_variant(v)) for v in variants]
@@ -317,8 +321,7 @@ def main(argv=None) -> int:
     tm = torch_mv(shapes, repeats, max(loops, 2), 4 * L2_BYTES + 1)
     if tm:
         print("\n# torch.mv float16 (CUDA events, rotating buffers)")
-        for (r, c), (ns, tbs, copies) in tm.items():
-            print(f"fp16  {r:>5}x{c:<5} torch.mv x{copies:<2} copies {ns / 1e3:8.2f} us {tbs:6.3f} TB/s")
+        print_torch_mv(tm)
     print(f"\n# total {time.perf_counter() - t_start:.1f} s")
     return 0
 

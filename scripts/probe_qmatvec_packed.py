@@ -34,10 +34,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import kbench.runtime as kp  # noqa: E402
 from kbench.backend import VulkanBackend  # noqa: E402
-from kbench.quant import DType, dequantize, quantize, row_bytes  # noqa: E402
+from kbench.quant import DType  # noqa: E402
+from probe_qmatvec import L2_BYTES, make_weights, nmse  # noqa: E402
+from probe_read_floor import timed  # noqa: E402
 
 SHADER = """
 #version 450
@@ -135,7 +138,6 @@ void main() {
 }
 """
 
-L2_BYTES = 50 << 20
 PUSH = np.dtype([("n_rows", "<u4"), ("n_cols", "<u4")])
 
 
@@ -145,24 +147,6 @@ def repack(raw: bytes, dtype: DType, n_rows: int, n_cols: int) -> tuple[np.ndarr
     bb = 18 if dtype == DType.Q4_0 else 34
     blocks = np.frombuffer(raw, np.uint8).reshape(n_rows * (n_cols // 32), bb)
     return np.ascontiguousarray(blocks[:, 2:]).reshape(-1), np.ascontiguousarray(blocks[:, :2]).reshape(-1)
-
-
-def gpu_ns_per_call(mgr, algos, loops: int, repeats: int) -> float:
-    n = loops * len(algos)
-    seq = mgr.sequence(total_timestamps=n + 1)
-    try:
-        for _ in range(loops):
-            for a in algos:
-                seq.record(kp.OpAlgoDispatch(a))
-        seq.eval()
-        out = []
-        for _ in range(repeats):
-            seq.eval()
-            ts = seq.get_timestamps()
-            out.append((ts[-1] - ts[0]) / n)
-    finally:
-        seq.destroy()
-    return statistics.median(out)
 
 
 def main(argv=None) -> int:
@@ -191,19 +175,11 @@ def main(argv=None) -> int:
         print(f"{'dtype':5} {'shape':>11} {'kernel':18} {'us':>8} {'TB/s':>6} {'x copy':>6} {'NMSE':>9}")
         for dtype in (DType.Q4_0, DType.Q8_0):
             for n_rows, n_cols in shapes:
-                base_rows = min(256, n_rows)
-                W = rng.uniform(-1, 1, (base_rows, n_cols)).astype(np.float32)
-                base = quantize(W, dtype)
-                reps = -(-n_rows // base_rows)
-                raw = (base * reps)[: n_rows * row_bytes(dtype, n_cols)]
-                ref_base = dequantize(base, dtype, (base_rows, n_cols)).astype(np.float64)
+                raw, ref_base = make_weights(dtype, n_rows, n_cols, rng)
                 x = rng.uniform(-1, 1, n_cols).astype(np.float32)
-                ref = np.tile(ref_base @ x.astype(np.float64), reps)[:n_rows]
+                ref = np.tile(ref_base @ x.astype(np.float64), -(-n_rows // len(ref_base)))[:n_rows]
                 nbytes = len(raw)
                 copies = 2 if small else max(4, -(-(4 * L2_BYTES + 1) // nbytes))
-
-                def nmse(y):
-                    return float(np.sum((y - ref) ** 2) / np.sum(ref ** 2))
 
                 # the current kernel, through the backend, on the same rotation
                 hws = []
@@ -224,7 +200,7 @@ def main(argv=None) -> int:
                 be.copy_from_device(hy, yb)
                 tbs = nbytes / ns * 1e-3
                 print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} {'current (auto)':18} {ns / 1e3:8.2f} {tbs:6.3f} "
-                      f"{tbs / args.copy_tbs:6.2f} {nmse(yb.astype(np.float64)):9.2e}", flush=True)
+                      f"{tbs / args.copy_tbs:6.2f} {nmse(yb.astype(np.float64), ref):9.2e}", flush=True)
                 for h in hws + [hx, hy]:
                     be.free(h)
                 be.synchronize()
@@ -244,10 +220,10 @@ def main(argv=None) -> int:
                     push = np.array([(n_rows, n_cols)], PUSH)
                     algos = [mgr.algorithm([q, s, tx, ty], spv, (groups, 1, 1), spec, push) for q, s in zip(tq, ts_)]
                     try:
-                        ns = gpu_ns_per_call(mgr, algos, loops, repeats)
+                        ns = timed(mgr, algos, loops, repeats)[0]
                         with mgr.sequence() as seq:
                             seq.eval(kp.OpTensorSyncLocal([ty]))
-                        err = nmse(ty.data().astype(np.float64))
+                        err = nmse(ty.data().astype(np.float64), ref)
                     finally:
                         for a in algos:
                             a.destroy()

@@ -574,13 +574,17 @@ class VulkanBackend(ComputeBackend):
         try:
             if cap.n_ops == 0:
                 return None
-            t0 = time.perf_counter()
-            cap.seq.eval()  # at least once untimed: first touches, lazy driver work
-            while warm_until is not None and not warm_until() and time.perf_counter() - t0 < warm_max_s:
+            def run() -> None:
                 cap.seq.eval()
+                self._submissions += 1
+
+            t0 = time.perf_counter()
+            run()  # at least once untimed: first touches, lazy driver work
+            while warm_until is not None and not warm_until() and time.perf_counter() - t0 < warm_max_s:
+                run()
             for _ in range(runs):
                 t1 = time.perf_counter_ns()
-                cap.seq.eval()
+                run()
                 wall = time.perf_counter_ns() - t1
                 ts = cap.seq.get_timestamps()
                 if after_run is not None:
@@ -589,7 +593,6 @@ class VulkanBackend(ComputeBackend):
                     return None
                 out.gpu_ns.append(float(ts[-1] - ts[0]))
                 out.wall_ns.append(float(wall))
-            self._submissions += 2 + runs
         finally:
             self._end_capture(cap)
         return out

@@ -153,25 +153,19 @@ def gpu_timer_for(backend: Any):
 
     def timer(lane: Lane, launch, wait, repeats: int, policy, *, watch=None, ready=None,
               ops: tuple[str, ...] = ()) -> GpuSamples | None:
-        def issue() -> None:
-            for _ in range(repeats):
+        def issue(on_first=None) -> None:
+            for i in range(repeats):
                 launch()
+                if i == 0 and on_first is not None:
+                    on_first()  # the first call's work is running by now
 
-        if replay is not None:
+        if replay is not None:  # watched after each replayed run, not while recording
             got = replay(issue, policy.samples, warm_until=ready, warm_max_s=policy.settle_max_s, after_run=watch)
             if got:
                 return GpuSamples([ns / repeats for ns in got.gpu_ns], "replay", [ns / repeats for ns in got.wall_ns])
         out = []
         for _ in range(policy.samples):
-            first = [True]
-
-            def issue_and_watch() -> None:
-                for _ in range(repeats):
-                    launch()
-                    if first[0] and watch is not None:
-                        watch()  # the first call's work is running by now
-                    first[0] = False
-            ns = measure(issue_and_watch)
+            ns = measure(lambda: issue(watch))
             if ns is None:
                 return None
             out.append(ns / repeats)

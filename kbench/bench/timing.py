@@ -39,6 +39,9 @@ class TimingPolicy:
 
 
 GPU_POLICY = TimingPolicy()
+#: lavapipe / CPU drivers: short samples keep the CI bench quick
+CPU_POLICY = TimingPolicy(min_sample_s=0.002, samples=3, warmup=1, max_repeats=50, max_total_s=1.0,
+                          settle_max_s=0.0)
 
 
 @dataclass
@@ -57,9 +60,6 @@ class GpuSamples:
     wall_ns: list[float] | None = None
     #: where a timer tried two methods and kept the faster: the other one's method and median
     other: dict | None = None
-#: lavapipe / CPU drivers: short samples keep the CI bench quick
-CPU_POLICY = TimingPolicy(min_sample_s=0.002, samples=3, warmup=1, max_repeats=50, max_total_s=1.0,
-                          settle_max_s=0.0)
 
 
 def stats(values_ns: Sequence[float], repeats: int) -> dict[str, float | int]:
