@@ -39,6 +39,7 @@ PUSH_ATTN_VALUE = _push(("head_dim", "u"), ("seq_len", "u"), ("kv_off", "u"), ("
 PUSH_ATTN_COMBINE = _push(("head_dim", "u"), ("n_chunks", "u"), ("out_off", "u"))
 PUSH_QMATVEC = _push(("n_rows", "u"), ("n_cols", "u"), ("row_bytes", "u"))
 PUSH_QMATVEC_XQ = _push(("n_cols", "u"))
+PUSH_QMATVEC_PACK = _push(("n_blocks", "u"))
 PUSH_COPY = _push(("src_off", "u"), ("dst_off", "u"), ("count", "u"))
 
 #: quantized_matmul weight formats with a Vulkan kernel (qmatvec.<name>.*.spv)
@@ -53,6 +54,8 @@ _K_FORMATS = frozenset({DType.Q4_K, DType.Q5_K, DType.Q6_K})
 #: formats with a kernel in qmatvec_fast.comp, and the elements one of its units covers
 QMATVEC_FAST_UNIT: Mapping[DType, int] = {DType.Q4_0: 8, DType.Q8_0: 8, DType.Q4_K: 32, DType.Q6_K: 32}
 QMATVEC_FAST_DTYPES = frozenset(QMATVEC_FAST_UNIT)
+#: formats with a repacked-weights kernel (qmatvec_packed.comp; the qmatvec knob layout="packed")
+QMATVEC_PACKED_DTYPES = frozenset({DType.Q4_0, DType.Q8_0})
 
 
 def qmatvec_unit(dtype: DType) -> int:
@@ -454,9 +457,14 @@ class KernelPolicy:
         element, see shaders/qmatvec_xq.comp; False: exact fp32 decoding; default: QMATVEC_DOT
         where the device has shaderIntegerDotProduct, from QMATVEC_DOT_MIN_ELEMS weights) and,
         for it, ``xq`` ("lane": every lane quantizes its own unit's x; "dispatch": a first
-        qmatvec_xq dispatch quantizes x once; default QMATVEC_XQ)."""
+        qmatvec_xq dispatch quantizes x once; default QMATVEC_XQ).  ``layout``: "gguf" (default)
+        or "packed": for QMATVEC_PACKED_DTYPES, the backend repacks each weight buffer on first
+        use into a 16-byte-aligned copy (qmatvec_pack.comp, the weight bytes again in device
+        memory) and runs qmatvec_packed.comp on it (integer dots, ``lanes`` per workgroup,
+        ``rows`` per workgroup); other formats keep the GGUF kernels."""
         cfg = dict(config or {}, **knobs)
-        unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot", "xq"}
+        unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot", "xq",
+                              "layout"}
         if unknown:
             raise ValueError(f"qmatvec config: unknown keys {sorted(unknown)}")
         if cfg.get("kernel", "auto") not in ("auto", "fast", "generic"):
@@ -475,6 +483,18 @@ class KernelPolicy:
             raise ValueError("qmatvec config: dot=True needs shaderIntegerDotProduct, which this device lacks")
         if cfg.get("dot") and cfg.get("staged"):
             raise ValueError("qmatvec config: the staged kernels have no integer-dot variant (dot and staged)")
+        if cfg.get("layout", "gguf") not in ("gguf", "packed"):
+            raise ValueError(f"qmatvec config: layout must be gguf or packed, got {cfg['layout']!r}")
+        if cfg.get("layout") == "packed":
+            if not self.has_int_dot:
+                raise ValueError("qmatvec config: layout='packed' needs shaderIntegerDotProduct, which this device lacks")
+            clash = [k for k, bad in (("kernel", cfg.get("kernel", "auto") == "generic"), ("staged", cfg.get("staged")),
+                                      ("dot", cfg.get("dot") is False), ("xq", cfg.get("xq", "dispatch") != "dispatch"),
+                                      ("teams", cfg.get("teams") not in (None, 1))) if bad]
+            if clash:
+                raise ValueError(f"qmatvec config: layout='packed' has one kernel (integer dots on x quantized by a "
+                                 f"first dispatch, one team per workgroup); it cannot take {', '.join(clash)}="
+                                 f"{', '.join(repr(cfg[k]) for k in clash)}")
         for key in ("lanes", "rows", "teams", "chunk", "tile_kib"):
             v = cfg.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
@@ -493,6 +513,8 @@ class KernelPolicy:
     def qmatvec(self, dtype: DType, n_cols: int, n_rows: int = 1 << 14) -> Kernel:
         cfg = self.qmatvec_config
         name = QMATVEC_DTYPES[dtype]
+        if cfg.get("layout") == "packed" and dtype in QMATVEC_PACKED_DTYPES:
+            return self._qmatvec_packed(dtype, n_cols, n_rows)
         choice = cfg.get("kernel", "auto")
         fast = self.qmatvec_fast_ok(dtype) if choice == "auto" else choice == "fast"
         if fast and dtype not in QMATVEC_FAST_DTYPES:
@@ -573,7 +595,41 @@ class KernelPolicy:
     @staticmethod
     def qmatvec_uses_xq(kernel: Kernel) -> bool:
         """Whether ``kernel`` reads x quantized by :meth:`qmatvec_xq` instead of x."""
-        return ".dot." in kernel.spv
+        return ".dot." in kernel.spv or KernelPolicy.qmatvec_is_packed(kernel)
+
+    # -- packed weights (shaders/qmatvec_pack.comp, qmatvec_packed.comp) ---------------------------
+    def _qmatvec_packed(self, dtype: DType, n_cols: int, n_rows: int) -> Kernel:
+        cfg = self.qmatvec_config
+        rows = int(cfg.get("rows") or 4)
+        lanes = cfg.get("lanes")
+        if lanes is None:
+            # the fast kernel's rule (about 512k invocations in all), no more lanes than blocks
+            target = _ceil_div(n_rows, rows)
+            lanes = _pow2_floor(max(1, (512 << 10) // max(1, target)))
+            lanes = max(32, min(256, lanes, _pow2_ceil(max(1, n_cols // 32))))
+        wg = min(int(lanes), _pow2_floor(min(self.max_invocations, self.max_size[0])))
+        subgroup = self.use_subgroups and cfg.get("reduce", "subgroup") == "subgroup"
+        rows = min(rows, wg)  # one invocation writes each row
+        while rows > 1 and 4 * wg * (rows if subgroup else 1) > self.max_shared:
+            rows //= 2
+        return Kernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.{'sg' if subgroup else 'tree'}.spv", (wg, rows),
+                      PUSH_QMATVEC)
+
+    @staticmethod
+    def qmatvec_is_packed(kernel: Kernel) -> bool:
+        """Whether ``kernel`` reads weights repacked by :meth:`qmatvec_pack`."""
+        return kernel.spv.startswith("qmatvec_packed.")
+
+    def qmatvec_pack(self, dtype: DType) -> Kernel:
+        """The kernel that repacks GGUF ``dtype`` weights for qmatvec_packed (one invocation per
+        pair of blocks)."""
+        return Kernel(f"qmatvec_pack.{QMATVEC_DTYPES[dtype]}.spv", (self.wg,), PUSH_QMATVEC_PACK)
+
+    @staticmethod
+    def qmatvec_packed_bytes(dtype: DType, n_rows: int, n_cols: int) -> int:
+        """Bytes of repacked weights: the GGUF quants 16-byte aligned, then the fp16 scales."""
+        blocks = n_rows * (n_cols // dtype.block_elems)
+        return blocks * (dtype.block_bytes - 2) + 4 * _ceil_div(blocks, 2)
 
     @staticmethod
     def qmatvec_xq_bytes(n_cols: int) -> int:

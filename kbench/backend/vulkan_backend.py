@@ -90,6 +90,17 @@ class _DeviceBuffer:
     tensor: Any
     last_serial: int = 0
     algorithms: set = field(default_factory=set)  # cache keys that bind this buffer
+    touches: int = 0  # ops recorded that use it (a packed copy is current while this stays put)
+
+
+@dataclass
+class _PackedWeights:
+    """A repacked copy of a weight buffer (KernelPolicy.qmatvec_pack) and what it was made from."""
+
+    key: int  # internal buffer
+    shape: tuple[DType, int, int]  # (dtype, n_rows, n_cols)
+    touches: int  # the source buffer's touches right after the repack was recorded
+    nbytes: int
 
 
 class VulkanBackend(ComputeBackend):
@@ -146,6 +157,8 @@ class VulkanBackend(ComputeBackend):
         self._graveyard: list[tuple[int, Any]] = []  # (serial after which it may go, object)
         self._scratch_bufs: dict[str, tuple[int, int]] = {}  # kind -> (buffer key, bytes)
         self._rope_tables: OrderedDict[tuple[int, float], int] = OrderedDict()
+        self._packed: OrderedDict[int, _PackedWeights] = OrderedDict()  # weight handle id -> copy, LRU
+        self._packed_bytes = 0
         self._submissions = 0
         self._timing: list[int | None] | None = None  # GPU ns per retired batch while measuring
         self._capture: _Capture | None = None  # while replay_gpu_ns records
@@ -182,6 +195,8 @@ class VulkanBackend(ComputeBackend):
             "buffers": len(self._buffers),
             "graveyard": len(self._graveyard),
             "rope_tables": len(self._rope_tables),
+            "packed_weights": len(self._packed),
+            "packed_bytes": self._packed_bytes,
             "submissions": self._submissions,
         }
         stats.update({f"runtime_{k}": v for k, v in self._mgr.get_stats().items()})
@@ -193,6 +208,7 @@ class VulkanBackend(ComputeBackend):
         self._buffers[handle.id] = _DeviceBuffer(tensor)
 
     def _free(self, handle: BufferHandle) -> None:
+        self._drop_packed(handle.id)
         self._drop_buffer(handle.id)
 
     def _close(self) -> None:
@@ -339,13 +355,47 @@ class VulkanBackend(ComputeBackend):
         if n_rows * rb > 0xFFFFFFFF:
             raise ValueError(f"quantized_matmul: {n_rows} rows of {rb} bytes exceed the kernel's 4 GiB byte offsets")
         grid = self._policy.grid_1d(_ceil_div(n_rows, rows))
-        x = input.id
+        w, x = weights.id, input.id
+        if KernelPolicy.qmatvec_is_packed(kernel):
+            w = self._packed_weights(weights, dtype, n_rows, n_cols)
         if KernelPolicy.qmatvec_uses_xq(kernel):
             xq_kernel = self._policy.qmatvec_xq()
             x = self._scratch(KernelPolicy.qmatvec_xq_bytes(n_cols), "qmatvec_x")
             self._dispatch(xq_kernel, (input.id, x), self._policy.grid_1d(_ceil_div(n_cols // 4, xq_kernel.spec[0])),
                            xq_kernel.push_record(n_cols))
-        self._dispatch(kernel, (weights.id, x, output.id), grid, kernel.push_record(n_rows, n_cols, rb))
+        self._dispatch(kernel, (w, x, output.id), grid, kernel.push_record(n_rows, n_cols, rb))
+
+    #: device memory the repacked weight copies (qmatvec layout "packed") may hold; beyond it
+    #: the least recently used copies go (and are made again on their next use)
+    PACKED_CACHE_BYTES = 8 << 30
+
+    def _packed_weights(self, weights: BufferHandle, dtype: DType, n_rows: int, n_cols: int) -> int:
+        """The repacked copy of ``weights`` (its internal buffer key), made now where there is none
+        or the buffer was used by any other op since (a write may have changed it)."""
+        src = self._buffers[weights.id]
+        shape = (dtype, n_rows, n_cols)
+        found = self._packed.get(weights.id)
+        if found is not None and found.shape == shape and found.touches == src.touches:
+            self._packed.move_to_end(weights.id)
+            return found.key
+        self._drop_packed(weights.id)
+        nbytes = KernelPolicy.qmatvec_packed_bytes(dtype, n_rows, n_cols)
+        key = self._new_internal(nbytes)
+        kernel = self._policy.qmatvec_pack(dtype)
+        n_blocks = n_rows * (n_cols // dtype.block_elems)
+        grid = self._policy.grid_1d(_ceil_div(_ceil_div(n_blocks, 2), kernel.spec[0]))
+        self._dispatch(kernel, (weights.id, key), grid, kernel.push_record(n_blocks))
+        self._packed[weights.id] = _PackedWeights(key, shape, src.touches, nbytes)
+        self._packed_bytes += nbytes
+        while self._packed_bytes > self.PACKED_CACHE_BYTES and len(self._packed) > 1:
+            self._drop_packed(next(iter(self._packed)))
+        return key
+
+    def _drop_packed(self, weights_id: int) -> None:
+        found = self._packed.pop(weights_id, None)
+        if found is not None:
+            self._packed_bytes -= found.nbytes
+            self._drop_buffer(found.key)
 
     # -- internal buffers ---------------------------------------------------------------------------
     def _tensor(self, key: int) -> Any:
@@ -480,7 +530,9 @@ class VulkanBackend(ComputeBackend):
                 cap.seq.record(op)
                 cap.n_ops += 1
                 for k in keys:
-                    self._buffers[k].last_serial = self._serial
+                    buf = self._buffers[k]
+                    buf.last_serial = self._serial
+                    buf.touches += 1
                 return
         slot = self._ring[self._current]
         if slot.submitted:
@@ -489,7 +541,9 @@ class VulkanBackend(ComputeBackend):
         slot.serial = self._serial
         slot.n_ops += 1
         for k in keys:
-            self._buffers[k].last_serial = self._serial
+            buf = self._buffers[k]
+            buf.last_serial = self._serial
+            buf.touches += 1
         if flush_ok and slot.n_ops >= self._batch_ops:
             self._submit()
 

@@ -1,0 +1,137 @@
+#version 450
+// quantized_matmul y = W x on Q4_0 / Q8_0 weights repacked by qmatvec_pack.comp (16-byte
+// aligned quants, fp16 scales in an array of their own) and x quantized by qmatvec_xq.comp
+// (16 bits per element as two signed bytes, a float scale per block of 32).
+//
+// A workgroup is one team of WG lanes taking ROWS consecutive rows; lane l takes blocks
+// l, l + WG, ... of each row, so the lanes of a subgroup read consecutive 16-byte words.  Per
+// block and row: QV uvec4 loads of quants, a 16-bit load of the scale, and 4-wide signed byte
+// dot products against both byte halves of x (Q4_0: the nibbles become n - 8 as signed bytes).
+// The block's integer sum is exact (|sum| < 2^31); it is scaled once by d * s_x in fp32.
+// Rows are summed by subgroupAdd and, across subgroups, in shared memory (variant sg), or by a
+// shared-memory tree (variant tree, devices without subgroup arithmetic).
+
+// kbench: variant q4_0.sg QT_Q4_0 USE_SUBGROUP target=vulkan1.1
+// kbench: variant q4_0.tree QT_Q4_0 target=vulkan1.1
+// kbench: variant q8_0.sg QT_Q8_0 USE_SUBGROUP target=vulkan1.1
+// kbench: variant q8_0.tree QT_Q8_0 target=vulkan1.1
+
+#if defined(USE_SUBGROUP)
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
+#extension GL_EXT_spirv_intrinsics : require
+// OpSDotKHR on 4 packed signed bytes (last operand: PackedVectorFormat4x8Bit = 0)
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
+int sdot(uint a, uint b, spirv_literal int fmt);
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint ROWS = 4;  // rows per workgroup
+
+#if defined(QT_Q4_0)
+const uint QV = 1u;
+#else
+const uint QV = 2u;
+#endif
+
+layout(std430, binding = 0) readonly buffer Packed { uvec4 wq[]; };
+layout(std430, binding = 1) readonly buffer XQ { uvec4 xq[]; };
+layout(std430, binding = 2) writeonly buffer Output { float y[]; };
+
+layout(push_constant) uniform Push {
+    uint n_rows;
+    uint n_cols;     // a multiple of 32
+    uint row_bytes;  // of the GGUF rows (unused: the push layout of every qmatvec kernel)
+} pc;
+
+#if defined(USE_SUBGROUP)
+shared float part[ROWS * gl_WorkGroupSize.x];  // per row, one slot per subgroup
+#else
+shared float part[gl_WorkGroupSize.x];
+#endif
+
+// the nibbles of a Q4_0 quant word as signed bytes n - 8: bytes 0..15 stay below 0x80, so
+// setting each byte's top bit and subtracting 8 borrows nothing across bytes
+uint nibbles_minus_8(uint w) {
+    return (((w & 0x0F0F0F0Fu) | 0x80808080u) - 0x08080808u) ^ 0x80808080u;
+}
+
+void main() {
+    uint lid = gl_LocalInvocationID.x;
+    uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+    uint row0 = group * ROWS;
+    if (row0 >= pc.n_rows) {
+        return;  // whole workgroup: no barrier is skipped by part of it
+    }
+    uint nb = pc.n_cols >> 5u;
+    uint rows = min(ROWS, pc.n_rows - row0);
+    uint scale_base = pc.n_rows * nb * QV;  // uvec4 index of the scales
+    float acc[ROWS];
+    for (uint r = 0u; r < ROWS; ++r) {
+        acc[r] = 0.0;
+    }
+    for (uint b = lid; b < nb; b += gl_WorkGroupSize.x) {
+        uvec4 xl0 = xq[2u * b], xl1 = xq[2u * b + 1u];
+        uvec4 xh0 = xq[2u * nb + 2u * b], xh1 = xq[2u * nb + 2u * b + 1u];
+        uint sxi = 16u * nb + b;  // x scale word
+        float sx = uintBitsToFloat(xq[sxi >> 2u][sxi & 3u]);
+        for (uint r = 0u; r < ROWS; ++r) {  // a constant trip count keeps acc[] in registers
+            if (r >= rows) {
+                break;
+            }
+            uint blk = (row0 + r) * nb + b;
+            uint si = blk >> 1u;
+            float d = unpackHalf2x16(wq[scale_base + (si >> 2u)][si & 3u] >> (16u * (blk & 1u))).x;
+            int t;
+#if defined(QT_Q4_0)
+            uvec4 q = wq[blk];
+            uvec4 lo = uvec4(nibbles_minus_8(q.x), nibbles_minus_8(q.y), nibbles_minus_8(q.z), nibbles_minus_8(q.w));
+            uvec4 hi = uvec4(nibbles_minus_8(q.x >> 4u), nibbles_minus_8(q.y >> 4u), nibbles_minus_8(q.z >> 4u),
+                             nibbles_minus_8(q.w >> 4u));
+            // elements 0..15 are the low nibbles (x words 0..3), 16..31 the high ones (words 4..7)
+            t = 256 * (sdot(lo.x, xh0.x, 0) + sdot(lo.y, xh0.y, 0) + sdot(lo.z, xh0.z, 0) + sdot(lo.w, xh0.w, 0)
+                       + sdot(hi.x, xh1.x, 0) + sdot(hi.y, xh1.y, 0) + sdot(hi.z, xh1.z, 0) + sdot(hi.w, xh1.w, 0))
+                + (sdot(lo.x, xl0.x, 0) + sdot(lo.y, xl0.y, 0) + sdot(lo.z, xl0.z, 0) + sdot(lo.w, xl0.w, 0)
+                   + sdot(hi.x, xl1.x, 0) + sdot(hi.y, xl1.y, 0) + sdot(hi.z, xl1.z, 0) + sdot(hi.w, xl1.w, 0));
+#else
+            uvec4 q0 = wq[2u * blk], q1 = wq[2u * blk + 1u];
+            t = 256 * (sdot(q0.x, xh0.x, 0) + sdot(q0.y, xh0.y, 0) + sdot(q0.z, xh0.z, 0) + sdot(q0.w, xh0.w, 0)
+                       + sdot(q1.x, xh1.x, 0) + sdot(q1.y, xh1.y, 0) + sdot(q1.z, xh1.z, 0) + sdot(q1.w, xh1.w, 0))
+                + (sdot(q0.x, xl0.x, 0) + sdot(q0.y, xl0.y, 0) + sdot(q0.z, xl0.z, 0) + sdot(q0.w, xl0.w, 0)
+                   + sdot(q1.x, xl1.x, 0) + sdot(q1.y, xl1.y, 0) + sdot(q1.z, xl1.z, 0) + sdot(q1.w, xl1.w, 0));
+#endif
+            acc[r] += float(t) * (d * sx);
+        }
+    }
+#if defined(USE_SUBGROUP)
+    for (uint r = 0u; r < ROWS; ++r) {
+        float s = subgroupAdd(acc[r]);
+        if (subgroupElect()) {
+            part[r * gl_NumSubgroups + gl_SubgroupID] = s;
+        }
+    }
+    barrier();
+    if (lid < rows) {
+        float s = 0.0;
+        for (uint g = 0u; g < gl_NumSubgroups; ++g) {
+            s += part[lid * gl_NumSubgroups + g];
+        }
+        y[row0 + lid] = s;
+    }
+#else
+    for (uint r = 0u; r < ROWS; ++r) {
+        part[lid] = acc[r];
+        barrier();
+        for (uint h = gl_WorkGroupSize.x >> 1u; h > 0u; h >>= 1u) {  // WG is a power of two
+            if (lid < h) {
+                part[lid] += part[lid + h];
+            }
+            barrier();
+        }
+        if (lid == 0u && r < rows) {
+            y[row0 + r] = part[0];
+        }
+        barrier();
+    }
+#endif
+}
