@@ -11,7 +11,8 @@ bytes and a whole number of chunks; each staged config must run at least one sha
 several chunks per row.
 Its integer-dot variants (x quantized to 16 bits per element by qmatvec_xq.comp, on devices with
 shaderIntegerDotProduct, which lavapipe has) run with the same team shapes; their NMSE (about
-2e-10) is held to the same limit.  The fp32 configs ask for dot=False explicitly.
+2e-10) is held to the same limit.  So is qmatvec_packed.comp (Q4_0, Q8_0 on weights repacked by
+qmatvec_pack.comp; the cache of repacked copies is tested in test_qmatvec_packed.py).  The fp32 configs ask for dot=False explicitly.
 The generic qmatvec.comp covers every dtype in QMATVEC_DTYPES (subgroup and shared variants).
 Reference: kbench.quant.dequantize in float64; NMSE <= 1e-8.
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kbench.backend.kernels import QMATVEC_DTYPES, QMATVEC_FAST_DTYPES, KernelPolicy
+from kbench.backend.kernels import QMATVEC_DTYPES, QMATVEC_FAST_DTYPES, QMATVEC_PACKED_DTYPES, KernelPolicy
 from kbench.quant import DType, dequantize, quantize, row_bytes
 
 kp = pytest.importorskip("kbench.runtime")
@@ -68,6 +69,12 @@ CONFIGS = {
                                        "chunk": 8}}, "fast"),
     "staged-tree-l16r1t3": ({"qmatvec": {"kernel": "fast", "lanes": 16, "rows": 1, "teams": 3, "staged": True,
                                          "tile_kib": 1, "reduce": "tree"}}, "fast"),
+    # weights repacked 16-byte aligned (qmatvec_pack.comp) for qmatvec_packed.comp, integer dots
+    # on x quantized by qmatvec_xq: several subgroups per workgroup, one partial subgroup, the tree
+    "packed-sg-auto": ({"qmatvec": {"layout": "packed"}}, "packed"),
+    "packed-sg-l8r3": ({"qmatvec": {"layout": "packed", "lanes": 8, "rows": 3}}, "packed"),
+    "packed-sg-l4r1": ({"qmatvec": {"layout": "packed", "lanes": 4, "rows": 1}}, "packed"),
+    "packed-tree-l16r2": ({"qmatvec": {"layout": "packed", "lanes": 16, "rows": 2, "reduce": "tree"}}, "packed"),
 }
 
 # (n_rows, n_cols): odd row counts, row lengths whose byte size is / is not a multiple of 16
@@ -82,6 +89,8 @@ def _cases():
     for cfg, (_, family) in CONFIGS.items():
         for dt in QMATVEC_DTYPES:
             if family in ("fast", "dot") and dt not in QMATVEC_FAST_DTYPES:
+                continue
+            if family == "packed" and dt not in QMATVEC_PACKED_DTYPES:
                 continue
             yield pytest.param(cfg, dt, id=f"{cfg}-{dt.name}")
 
@@ -106,7 +115,8 @@ def _backend(backends, cfg):
         if opts.get("use_subgroups") is None and opts.get("qmatvec", {}).get("reduce") == "subgroup":
             if not (feats.get("subgroup_basic") and feats.get("subgroup_arithmetic")):
                 pytest.skip("the device has no subgroup arithmetic")
-        if opts.get("qmatvec", {}).get("dot") and not feats.get("integer_dot_product"):
+        q = opts.get("qmatvec", {})
+        if (q.get("dot") or q.get("layout") == "packed") and not feats.get("integer_dot_product"):
             pytest.skip("the device has no shaderIntegerDotProduct")
         backends[cfg] = VulkanBackend(**opts)
     return backends[cfg]
@@ -145,7 +155,9 @@ def test_qmatvec_variant_matches_float64(backends, cfg, dtype):
         kernel = be._policy.qmatvec(dtype, n_cols, n_rows)
         if ".staged." in kernel.spv:
             staged_shapes.append((n_rows, n_cols, n_cols // dtype.block_elems // kernel.spec[3]))
-        if family != "auto":
+        if family == "packed":
+            assert KernelPolicy.qmatvec_is_packed(kernel) and KernelPolicy.qmatvec_uses_xq(kernel), kernel
+        elif family != "auto":
             assert kernel.spv.startswith("qmatvec." if family == "generic" else "qmatvec_fast."), kernel
             assert (".dot" in kernel.spv) == (family == "dot"), kernel
             if family == "dot":
@@ -172,7 +184,7 @@ def test_qmatvec_variant_matches_float64(backends, cfg, dtype):
         what = f"{cfg} {dtype.name} {n_rows}x{n_cols} ({kernel.spv} {kernel.spec})"
         assert np.all(got[n_rows:] == np.float32(-7.25)), f"{what}: wrote past the output"
         assert not np.any(np.isnan(got[:n_rows])), f"{what}: NaN"
-        if family == "dot":
+        if family in ("dot", "packed"):
             _assert_within_x_quantization(got[:n_rows], ref, data, dtype, x, what)
         else:
             err = _nmse(got[:n_rows], ref)

@@ -1,0 +1,223 @@
+"""quantized_matmul with the qmatvec knob layout="packed": the backend's cache of repacked weights.
+
+The packed kernels' arithmetic is checked per shape in test_qmatvec_kernels.py; here, that a
+repacked copy is made once, remade whenever anything else used its weight buffer (a write may
+have changed it), dropped with the buffer, bounded in bytes, and that bad configurations are
+refused before any GPU work.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kbench.backend.kernels import KernelPolicy
+from kbench.quant import DType, dequantize, quantize
+
+kp = pytest.importorskip("kbench.runtime")
+
+try:
+    _DEVICES = kp.list_devices()
+    _NO_DEVICE = None if _DEVICES else "the Vulkan loader finds no device"
+except Exception as exc:  # no loader / no ICD
+    _DEVICES, _NO_DEVICE = [], f"no Vulkan available here: {exc}"
+if _NO_DEVICE is None and not _DEVICES[0].get("features", {}).get("integer_dot_product"):
+    _NO_DEVICE = "the device has no shaderIntegerDotProduct (the packed kernels need it)"
+needs_device = pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
+
+# x quantized to 16 bits per element: NMSE about 2e-10 (test_qmatvec_kernels.py bounds it per row)
+NMSE_LIMIT = 1e-8
+
+
+@pytest.fixture
+def be():
+    from kbench.backend import VulkanBackend
+
+    with VulkanBackend(qmatvec={"layout": "packed"}) as b:
+        yield b
+
+
+def _nmse(got: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.sum((got.astype(np.float64) - ref) ** 2) / np.sum(ref ** 2))
+
+
+class Problem:
+    """Weights (on the device) and x for one quantized_matmul, with its float64 result."""
+
+    def __init__(self, be, dtype: DType, n_rows: int, n_cols: int, seed: int):
+        rng = np.random.default_rng(seed)
+        self.be, self.dtype, self.n_rows, self.n_cols = be, dtype, n_rows, n_cols
+        self.x = rng.uniform(-1, 1, n_cols).astype(np.float32)
+        self.hx, self.hy = be.allocate(4 * n_cols), be.allocate(4 * n_rows)
+        be.copy_to_device(self.x.tobytes(), self.hx)
+        self.data = quantize(rng.uniform(-1, 1, (n_rows, n_cols)).astype(np.float32), dtype)
+        self.hw = be.allocate(len(self.data))
+        be.copy_to_device(self.data, self.hw)
+
+    def reference(self, data: bytes | None = None) -> np.ndarray:
+        w = dequantize(self.data if data is None else data, self.dtype, (self.n_rows, self.n_cols))
+        return w.astype(np.float64) @ self.x.astype(np.float64)
+
+    def run(self) -> np.ndarray:
+        self.be.quantized_matmul(self.hw, self.hx, self.hy, self.n_rows, self.n_cols, self.dtype)
+        out = np.empty(self.n_rows, np.float32)
+        self.be.copy_from_device(self.hy, out)
+        return out
+
+    def check(self, what: str, data: bytes | None = None) -> None:
+        err = _nmse(self.run(), self.reference(data))
+        assert err <= NMSE_LIMIT, f"{what}: NMSE {err:.3e} > {NMSE_LIMIT:.0e}"
+
+    def free(self) -> None:
+        for h in (self.hw, self.hx, self.hy):
+            self.be.free(h)
+
+
+@needs_device
+@pytest.mark.parametrize("dtype", [DType.Q4_0, DType.Q8_0], ids=lambda d: d.name)
+def test_a_weight_buffer_is_repacked_once_and_reused(be, dtype):
+    p = Problem(be, dtype, 37, 512, seed=1)
+    p.check("first call (repacks)")
+    stats = be.cache_stats()
+    assert stats["packed_weights"] == 1, stats
+    assert stats["packed_bytes"] == KernelPolicy.qmatvec_packed_bytes(dtype, 37, 512), stats
+    buffers = stats["buffers"]
+    for i in range(3):
+        p.check(f"call {i + 2} (reuses the copy)")
+    stats = be.cache_stats()
+    assert (stats["packed_weights"], stats["buffers"]) == (1, buffers), f"expected one copy, no new buffer: {stats}"
+
+
+@needs_device
+def test_new_weights_written_by_a_transfer_are_repacked(be):
+    p = Problem(be, DType.Q4_0, 20, 256, seed=2)
+    p.check("old weights")
+    other = quantize(np.random.default_rng(3).uniform(-2, 2, (20, 256)).astype(np.float32), DType.Q4_0)
+    be.copy_to_device(other, p.hw)
+    p.check("after copy_to_device of new weights", other)
+    assert be.cache_stats()["packed_weights"] == 1
+
+
+@needs_device
+def test_new_weights_written_by_an_op_are_repacked(be):
+    p = Problem(be, DType.Q8_0, 9, 1024, seed=4)
+    p.check("old weights")
+    other = quantize(np.random.default_rng(5).uniform(-1, 1, (9, 1024)).astype(np.float32), DType.Q8_0)
+    src = be.allocate(len(other))
+    be.copy_to_device(other, src)
+    be.copy_buffer(src, p.hw, len(other))  # a GPU op, no host write
+    p.check("after copy_buffer into the weights", other)
+
+
+@needs_device
+def test_the_same_buffer_read_as_another_shape_is_repacked_for_it(be):
+    p = Problem(be, DType.Q4_0, 16, 512, seed=6)
+    p.check("16 x 512")
+    # the same 16 * 16 blocks as 32 rows of 256
+    q = Problem(be, DType.Q4_0, 32, 256, seed=7)
+    be.quantized_matmul(p.hw, q.hx, q.hy, 32, 256, DType.Q4_0)
+    got = np.empty(32, np.float32)
+    be.copy_from_device(q.hy, got)
+    ref = dequantize(p.data, DType.Q4_0, (32, 256)).astype(np.float64) @ q.x.astype(np.float64)
+    assert _nmse(got, ref) <= NMSE_LIMIT, f"32 x 256 view: NMSE {_nmse(got, ref):.3e}"
+
+
+@needs_device
+def test_freeing_weights_frees_their_copy_and_nothing_leaks(be):
+    base = be.cache_stats()
+    for i in range(150):
+        p = Problem(be, DType.Q8_0 if i % 2 else DType.Q4_0, 8, 64, seed=i)
+        if i % 50 == 0:
+            p.check(f"cycle {i}")
+        else:
+            be.quantized_matmul(p.hw, p.hx, p.hy, 8, 64, p.dtype)
+        p.free()
+    be.synchronize()
+    stats = be.cache_stats()
+    assert stats["packed_weights"] == 0 and stats["packed_bytes"] == 0, stats
+    assert stats["buffers"] <= base["buffers"] + 2, f"buffers grew from {base['buffers']} to {stats['buffers']}"
+    # (runtime_buffers also counts the runtime's idle staging pool, which is bounded on its own)
+    for k in ("runtime_tensors", "runtime_algorithms", "runtime_descriptor_sets"):
+        assert stats[k] <= base[k] + 2, f"{k}: {base[k]} before 150 cycles, {stats[k]} after"
+
+
+@needs_device
+def test_the_copies_stay_within_their_byte_budget(be):
+    per = KernelPolicy.qmatvec_packed_bytes(DType.Q4_0, 64, 256)
+    be.PACKED_CACHE_BYTES = 3 * per
+    probs = [Problem(be, DType.Q4_0, 64, 256, seed=10 + i) for i in range(6)]
+    for rnd in range(2):
+        for i, p in enumerate(probs):
+            p.check(f"round {rnd}, weights {i}")
+            stats = be.cache_stats()
+            assert stats["packed_bytes"] <= 3 * per, f"{stats['packed_bytes']} bytes of copies, budget {3 * per}"
+
+
+@needs_device
+def test_formats_without_a_packed_kernel_keep_the_gguf_kernels(be):
+    p = Problem(be, DType.Q4_K, 5, 512, seed=8)
+    kernel = be._policy.qmatvec(DType.Q4_K, 512, 5)
+    assert not KernelPolicy.qmatvec_is_packed(kernel), kernel
+    p.check("Q4_K under layout=packed")
+    assert be.cache_stats()["packed_weights"] == 0
+
+
+@needs_device
+def test_first_use_inside_a_replay_still_computes_the_product(be):
+    p = Problem(be, DType.Q4_0, 24, 512, seed=9)
+    got = be.replay_gpu_ns(lambda: be.quantized_matmul(p.hw, p.hx, p.hy, 24, 512, DType.Q4_0), 3)
+    assert got is not None and len(got.gpu_ns) == 3, got
+    out = np.empty(24, np.float32)
+    be.copy_from_device(p.hy, out)
+    assert _nmse(out, p.reference()) <= NMSE_LIMIT
+    p.check("after the replay")
+
+
+@needs_device
+def test_a_nan_in_x_makes_its_rows_nan(be):
+    p = Problem(be, DType.Q8_0, 6, 256, seed=11)
+    x = p.x.copy()
+    x[40] = np.nan
+    be.copy_to_device(x.tobytes(), p.hx)
+    out = p.run()
+    assert np.isnan(out).all(), f"expected NaN in every row, got {out}"
+
+
+def _props(**features):
+    return {
+        "device_name": "fake", "device_type": "discrete_gpu", "api_version": "1.3",
+        "max_work_group_invocations": 1024, "max_work_group_size": [1024, 1024, 64],
+        "max_work_group_count": [2**31 - 1, 65535, 65535], "max_shared_memory": 49152,
+        "subgroup_size": 32,
+        "features": {"subgroup_basic": True, "subgroup_arithmetic": True, **features},
+    }
+
+
+@pytest.mark.parametrize("knobs,message", [
+    ({"layout": "tiled"}, "layout must be gguf or packed"),
+    ({"layout": "packed", "kernel": "generic"}, "cannot take kernel='generic'"),
+    ({"layout": "packed", "staged": True}, "cannot take staged=True"),
+    ({"layout": "packed", "dot": False}, "cannot take dot=False"),
+    ({"layout": "packed", "xq": "lane"}, "cannot take xq='lane'"),
+    ({"layout": "packed", "teams": 2}, "cannot take teams=2"),
+])
+def test_bad_packed_configurations_are_refused(knobs, message):
+    pol = KernelPolicy(_props(integer_dot_product=True))
+    with pytest.raises(ValueError, match=message):
+        pol.configure_qmatvec(knobs)
+
+
+def test_packed_layout_needs_integer_dot_products():
+    with pytest.raises(ValueError, match="needs shaderIntegerDotProduct"):
+        KernelPolicy(_props()).configure_qmatvec(layout="packed")
+
+
+def test_packed_launch_shape_follows_the_rows():
+    pol = KernelPolicy(_props(integer_dot_product=True))
+    pol.configure_qmatvec(layout="packed")
+    short = pol.qmatvec(DType.Q4_0, 4096, 14336)  # 3584 workgroups of 4 rows
+    long = pol.qmatvec(DType.Q8_0, 14336, 4096)
+    assert short.spv == "qmatvec_packed.q4_0.sg.spv" and short.spec == (128, 4), short
+    assert long.spv == "qmatvec_packed.q8_0.sg.spv" and long.spec == (256, 4), long
+    assert KernelPolicy.qmatvec_rows(short) == 4
+    assert pol.qmatvec(DType.Q4_0, 64, 7).spec == (32, 4), "at least 32 lanes"
