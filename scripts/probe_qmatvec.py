@@ -23,7 +23,9 @@ dispatch) | staged:LANES:ROWS:TEAMS[:CHUNK|TILEk[:subgroup|tree]] (16-byte loads
 staged through shared memory, CHUNK blocks per row at a time, or the largest chunk whose tile is
 at most TILE KiB; default: the policy's chunk).  raw:<spec> (Q4_0) is the load-only twin of a
 fast/staged spec, raw:stream:LANES:ROWS[:TEAMS] reads the same rows with 16-byte loads and
-nothing else: the read floor of that grid.
+nothing else: the read floor of that grid.  packed[:LANES:ROWS[:subgroup|tree]] (Q4_0, Q8_0) is
+the backend's layout="packed": weights repacked on first use (untimed), x quantized by a first
+dispatch, integer dots on 16-byte loads (default launch shape: the policy's).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kbench.backend import VulkanBackend  # noqa: E402
+from kbench.backend.kernels import KernelPolicy  # noqa: E402
 from kbench.quant import DType, dequantize, quantize, row_bytes  # noqa: E402
 
 DTYPES = [DType.Q4_0, DType.Q8_0, DType.Q4_K, DType.Q6_K]
@@ -50,13 +53,16 @@ DEFAULT_VARIANTS = (
     + ["dot:32:4:4", "dot:32:8:4", "dot:64:4:1", "dot:64:8:1", "dot:128:4:1", "dot:128:8:1", "dot:128:16:1",
        "dot:256:4:1", "dot:256:8:1"]
     + ["raw:fast:128:4:1", "raw:stream:32:4:4", "raw:stream:256:2:1"]
+    + ["packed", "packed:64:4", "packed:128:2", "packed:128:4", "packed:128:8", "packed:256:4", "packed:256:8",
+       "packed:512:4"]
 )
 SMALL_VARIANTS = ["generic", "auto", "fast:8:2:4", "fast:32:4:4", "fast:16:1:2:tree", "dot:8:2:4", "dot:16:4:2:tree", "dotx:8:2:4",
-                  "staged:8:2:4", "staged:32:2:2:8", "staged:16:4:2:8:tree"]
+                  "staged:8:2:4", "staged:32:2:2:8", "staged:16:4:2:8:tree", "packed", "packed:8:3", "packed:16:2:tree"]
 
 
 VARIANT_SYNTAX = ("generic | auto | fast:LANES:ROWS[:TEAMS[:subgroup|tree]] | dot[x]:LANES:ROWS[:TEAMS[:subgroup|tree]] | "
-                  "staged:LANES:ROWS:TEAMS[:CHUNK|TILEk[:subgroup|tree]] | raw:<fast or staged spec> | raw:stream:LANES:ROWS[:TEAMS]")
+                  "staged:LANES:ROWS:TEAMS[:CHUNK|TILEk[:subgroup|tree]] | raw:<fast or staged spec> | raw:stream:LANES:ROWS[:TEAMS] | "
+                  "packed[:LANES:ROWS[:subgroup|tree]]")
 
 
 def parse_variant(spec: str) -> dict:
@@ -67,6 +73,15 @@ def parse_variant(spec: str) -> dict:
     if spec.startswith("raw:"):  # Q4_0 only: the same loads as fast:/staged: without decoding
         return dict(parse_variant(spec[4:]), raw="loads")
     parts = spec.split(":")
+    if parts[0] == "packed":  # Q4_0 / Q8_0 on weights repacked by the backend (layout="packed")
+        if len(parts) not in (1, 3, 4):
+            raise SystemExit(f"bad variant {spec!r}: {VARIANT_SYNTAX}")
+        cfg = {"layout": "packed"}
+        if len(parts) >= 3:
+            cfg.update(lanes=int(parts[1]), rows=int(parts[2]))
+        if len(parts) == 4:
+            cfg["reduce"] = parts[3]
+        return cfg
     staged = parts[0] == "staged"
     longest = 6 if staged else 5
     if parts[0] not in ("fast", "dot", "dotx", "staged") or not (4 if staged else 3) <= len(parts) <= longest:
@@ -297,6 +312,8 @@ def main(argv=None) -> int:
                         restore_kernel(be)
                         be._policy.configure_qmatvec({k: v for k, v in cfg.items() if k != "raw"})
                         kernel = be._policy.qmatvec(dtype, n_cols, n_rows)
+                        if cfg.get("layout") == "packed" and not KernelPolicy.qmatvec_is_packed(kernel):
+                            continue  # a format without a packed kernel: it would time the GGUF one again
                         if cfg.get("raw"):
                             if dtype != DType.Q4_0 or not kernel.spv.endswith(".sg.spv"):
                                 continue

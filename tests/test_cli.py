@@ -260,3 +260,29 @@ def test_matmul_tile_from_the_environment_is_parsed_and_bad_values_are_named(mon
         backend_options()
     monkeypatch.delenv("KBENCH_MATMUL_TILE")
     assert "matmul_tile" not in backend_options()
+
+
+def test_qmatvec_knobs_from_the_environment_are_parsed_and_recorded(monkeypatch):
+    from kbench.bench.devices import backend_options, recorded_options
+
+    monkeypatch.delenv("KBENCH_MATMUL_TILE", raising=False)
+    monkeypatch.setenv("KBENCH_QMATVEC", "layout=packed, rows=2,staged=false")
+    opts = backend_options()
+    assert opts.get("qmatvec") == {"layout": "packed", "rows": 2, "staged": False}, opts
+    assert recorded_options(opts) == {"qmatvec": {"layout": "packed", "rows": 2, "staged": False}}
+    monkeypatch.setenv("KBENCH_QMATVEC", "layout")
+    with pytest.raises(ValueError, match="KBENCH_QMATVEC='layout': expected key=value"):
+        backend_options()
+    monkeypatch.delenv("KBENCH_QMATVEC")
+    assert recorded_options(backend_options()) == {}
+
+
+def test_bench_run_header_records_the_kernel_options(tmp_path, monkeypatch):
+    vulkan_or_skip()
+    monkeypatch.setenv("KBENCH_QMATVEC", "kernel=generic")
+    rc = main(["bench", "-k", "quantized_matmul*Q8_0*", "--no-peaks", "--samples", "1", "--quiet",
+               "--out", str(tmp_path), "--max-bytes", "1M"])
+    assert rc == 0
+    (path,) = tmp_path.glob("*.jsonl")
+    header = json.loads(path.read_text().splitlines()[0])
+    assert header.get("backend_options") == {"qmatvec": {"kernel": "generic"}}, header.get("backend_options")

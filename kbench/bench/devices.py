@@ -82,7 +82,9 @@ def backend_options() -> dict[str, Any]:
     """Extra VulkanBackend options from the environment.
 
     KBENCH_VALIDATION=1 turns on the validation layers; KBENCH_MATMUL_TILE=BMxBNxBKxTMxTN[xGROUP_M]
-    overrides the fp32 matmul tile (tuning runs: the tile in use is recorded with every run)."""
+    overrides the fp32 matmul tile; KBENCH_QMATVEC=key=value[,key=value...] sets quantized_matmul
+    kernel knobs (KernelPolicy.configure_qmatvec, e.g. ``layout=packed,rows=2``; values that read
+    as integers or true/false become those).  The run header records these as ``backend_options``."""
     opts: dict[str, Any] = {}
     if os.environ.get("KBENCH_VALIDATION") == "1":
         opts["validation"] = True
@@ -93,7 +95,35 @@ def backend_options() -> dict[str, Any]:
         except ValueError:
             raise ValueError(f"KBENCH_MATMUL_TILE={tile!r}: expected integers joined by 'x', "
                              "e.g. 128x128x16x8x8x8") from None
+    knobs = os.environ.get("KBENCH_QMATVEC", "").strip()
+    if knobs:
+        opts["qmatvec"] = parse_knobs(knobs, "KBENCH_QMATVEC")
     return opts
+
+
+def parse_knobs(text: str, where: str) -> dict[str, Any]:
+    """``key=value[,key=value...]`` as a dict; integers and true/false converted."""
+    out: dict[str, Any] = {}
+    for item in (p.strip() for p in text.split(",")):
+        if not item:
+            continue
+        key, eq, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not eq or not key or not value:
+            raise ValueError(f"{where}={text!r}: expected key=value pairs joined by commas, e.g. layout=packed,rows=2")
+        low = value.lower()
+        out[key] = True if low == "true" else False if low == "false" else int(value) if value.isdigit() else value
+    return out
+
+
+def recorded_options(opts: dict[str, Any]) -> dict[str, Any]:
+    """The kernel-choice options of ``opts`` as the run header keeps them (JSON types)."""
+    out: dict[str, Any] = {}
+    if opts.get("matmul_tile"):
+        out["matmul_tile"] = list(opts["matmul_tile"])
+    if opts.get("qmatvec"):
+        out["qmatvec"] = dict(opts["qmatvec"])
+    return out
 
 
 def open_target(backend: str, props: dict[str, Any], config: QueueConfig) -> Target:

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from kbench.cases import instances as case_instances
 
 from . import expectations as expect
-from .devices import configs_for, enumerate_devices, select_devices
+from .devices import backend_options, configs_for, enumerate_devices, recorded_options, select_devices
 from .execute import default_max_bytes
 from .peaks import PEAKS, peak_fraction
 from .queues import QUEUE_CONFIGS
@@ -201,6 +201,10 @@ class Runner:
                     else:
                         available.append(c)
                 prov = collect_provenance(None if self.o.backend == "numpy" else props, self.o.backend)
+                if self.o.backend == "vulkan":
+                    chosen = recorded_options(backend_options())
+                    if chosen:
+                        prov["backend_options"] = chosen
                 with RunWriter(self.o.out_dir, prov) as writer:
                     self.files.append(writer.path)
                     for c in configs:
