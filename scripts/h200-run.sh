@@ -4,6 +4,8 @@
 # bench: the issue-7 cases with the PyTorch/CUDA peer in the same run (one `kbench bench`), the transfer probe
 #        and the streamed-transfer tests.
 # extra: kernel probes (variants, fp16 matrix-vector peer), queue configurations, validate, runtime tests.
+# packed: quantized_matmul on repacked weights (layout=packed): its tests, the probe's variants beside the
+#         automatic kernel, and the bench's Q4_0/Q8_0 cases with it, peer in the same run.
 # Writes result runs and logs under $OUT (at most 8 files come back).
 set -u
 source .gl/device-env.sh
@@ -30,6 +32,17 @@ if [ "$what" = bench ]; then
   tail -14 "$out/probe_transfer.log"
   KBENCH_VALIDATION=0 timeout ${TESTS_S:-60} python3 -m pytest tests/test_runtime_transfer.py -q -p no:cacheprovider > "$out/tests.log" 2>&1
   tail -2 "$out/tests.log"
+elif [ "$what" = packed ]; then
+  mkdir -p "$out/p"
+  KBENCH_VALIDATION=0 timeout ${TESTS_S:-60} python3 -m pytest tests/test_qmatvec_packed.py tests/test_qmatvec_kernels.py \
+    -k "packed or auto" -q -rs -p no:cacheprovider > "$out/tests.log" 2>&1
+  tail -3 "$out/tests.log"
+  timeout ${PROBE_S:-200} python3 scripts/probe_qmatvec.py --dtypes Q4_0 Q8_0 --variants auto packed packed:64:4 \
+    packed:128:2 packed:128:4 packed:128:8 packed:256:4 packed:256:8 packed:512:4 > "$out/probe_qmatvec_packed.log" 2>&1
+  tail -24 "$out/probe_qmatvec_packed.log"
+  KBENCH_QMATVEC=layout=packed timeout ${BENCH_S:-200} python3 -m kbench bench --peer torch --quiet --out "$out/p" \
+    -k "rotate_mib=256,dtype=Q4_0]" -k "rotate_mib=256,dtype=Q8_0]" -k "copy_buffer[size=67108864]" > "$out/bench.log" 2>&1
+  tail -6 "$out/bench.log"
 else
   mkdir -p "$out/q" "$out/v"
   for p in scripts/probe_matmul.py scripts/probe_qmatvec.py; do
