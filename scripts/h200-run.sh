@@ -38,7 +38,8 @@ elif [ "$what" = packed ]; then
     -k "packed or auto" -q -rs -p no:cacheprovider > "$out/tests.log" 2>&1
   tail -3 "$out/tests.log"
   timeout ${PROBE_S:-200} python3 scripts/probe_qmatvec.py --dtypes Q4_0 Q8_0 --variants auto packed packed:64:4 \
-    packed:128:2 packed:128:4 packed:128:8 packed:256:4 packed:256:8 packed:512:4 > "$out/probe_qmatvec_packed.log" 2>&1
+    packed:128:2 packed:128:4 packed:128:8 packed:256:4 packed:256:8 packed:512:4 packedw:128:8 packedw:128:16 \
+    packedw:256:16 packedw:256:32 > "$out/probe_qmatvec_packed.log" 2>&1
   tail -24 "$out/probe_qmatvec_packed.log"
   KBENCH_QMATVEC=layout=packed timeout ${BENCH_S:-200} python3 -m kbench bench --peer torch --quiet --out "$out/p" \
     -k "rotate_mib=256,dtype=Q4_0]" -k "rotate_mib=256,dtype=Q8_0]" -k "copy_buffer[size=67108864]" > "$out/bench.log" 2>&1

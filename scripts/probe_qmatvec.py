@@ -25,7 +25,8 @@ at most TILE KiB; default: the policy's chunk).  raw:<spec> (Q4_0) is the load-o
 fast/staged spec, raw:stream:LANES:ROWS[:TEAMS] reads the same rows with 16-byte loads and
 nothing else: the read floor of that grid.  packed[:LANES:ROWS[:subgroup|tree]] (Q4_0, Q8_0) is
 the backend's layout="packed": weights repacked on first use (untimed), x quantized by a first
-dispatch, integer dots on 16-byte loads (default launch shape: the policy's).
+dispatch, integer dots on 16-byte loads (default launch shape: the policy's); packedw: the same
+with x quantized by every workgroup into shared memory instead (xq="workgroup").
 """
 
 from __future__ import annotations
@@ -54,15 +55,16 @@ DEFAULT_VARIANTS = (
        "dot:256:4:1", "dot:256:8:1"]
     + ["raw:fast:128:4:1", "raw:stream:32:4:4", "raw:stream:256:2:1"]
     + ["packed", "packed:64:4", "packed:128:2", "packed:128:4", "packed:128:8", "packed:256:4", "packed:256:8",
-       "packed:512:4"]
+       "packed:512:4", "packedw:128:8", "packedw:128:16", "packedw:256:16", "packedw:256:32"]
 )
 SMALL_VARIANTS = ["generic", "auto", "fast:8:2:4", "fast:32:4:4", "fast:16:1:2:tree", "dot:8:2:4", "dot:16:4:2:tree", "dotx:8:2:4",
-                  "staged:8:2:4", "staged:32:2:2:8", "staged:16:4:2:8:tree", "packed", "packed:8:3", "packed:16:2:tree"]
+                  "staged:8:2:4", "staged:32:2:2:8", "staged:16:4:2:8:tree", "packed", "packed:8:3", "packed:16:2:tree",
+                  "packedw:8:8"]
 
 
 VARIANT_SYNTAX = ("generic | auto | fast:LANES:ROWS[:TEAMS[:subgroup|tree]] | dot[x]:LANES:ROWS[:TEAMS[:subgroup|tree]] | "
                   "staged:LANES:ROWS:TEAMS[:CHUNK|TILEk[:subgroup|tree]] | raw:<fast or staged spec> | raw:stream:LANES:ROWS[:TEAMS] | "
-                  "packed[:LANES:ROWS[:subgroup|tree]]")
+                  "packed[w][:LANES:ROWS[:subgroup|tree]]")
 
 
 def parse_variant(spec: str) -> dict:
@@ -73,10 +75,10 @@ def parse_variant(spec: str) -> dict:
     if spec.startswith("raw:"):  # Q4_0 only: the same loads as fast:/staged: without decoding
         return dict(parse_variant(spec[4:]), raw="loads")
     parts = spec.split(":")
-    if parts[0] == "packed":  # Q4_0 / Q8_0 on weights repacked by the backend (layout="packed")
+    if parts[0] in ("packed", "packedw"):  # Q4_0 / Q8_0 on weights repacked by the backend (layout="packed")
         if len(parts) not in (1, 3, 4):
             raise SystemExit(f"bad variant {spec!r}: {VARIANT_SYNTAX}")
-        cfg = {"layout": "packed"}
+        cfg = {"layout": "packed", "xq": "workgroup" if parts[0] == "packedw" else "dispatch"}
         if len(parts) >= 3:
             cfg.update(lanes=int(parts[1]), rows=int(parts[2]))
         if len(parts) == 4:

@@ -11,10 +11,17 @@
 // Rows are summed by subgroupAdd and, across subgroups, in shared memory (variant sg), or by a
 // shared-memory tree (variant tree, devices without subgroup arithmetic).
 
+// Variant xwg: no qmatvec_xq dispatch; every workgroup quantizes all of x the same way into
+// shared memory first (x read from L2 once per workgroup: worth it where a workgroup has many rows).
+
 // kbench: variant q4_0.sg QT_Q4_0 USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_0.tree QT_Q4_0 target=vulkan1.1
 // kbench: variant q8_0.sg QT_Q8_0 USE_SUBGROUP target=vulkan1.1
 // kbench: variant q8_0.tree QT_Q8_0 target=vulkan1.1
+// kbench: variant q4_0.xwg.sg QT_Q4_0 XQ_WG USE_SUBGROUP target=vulkan1.1
+// kbench: variant q4_0.xwg.tree QT_Q4_0 XQ_WG target=vulkan1.1
+// kbench: variant q8_0.xwg.sg QT_Q8_0 XQ_WG USE_SUBGROUP target=vulkan1.1
+// kbench: variant q8_0.xwg.tree QT_Q8_0 XQ_WG target=vulkan1.1
 
 #if defined(USE_SUBGROUP)
 #extension GL_KHR_shader_subgroup_basic : require
@@ -35,7 +42,15 @@ const uint QV = 2u;
 #endif
 
 layout(std430, binding = 0) readonly buffer Packed { uvec4 wq[]; };
+#if defined(XQ_WG)
+layout(constant_id = 2) const uint BLOCKS = 128;  // n_cols / 32 (the shared arrays' size)
+layout(std430, binding = 1) readonly buffer Input { vec4 x4[]; };
+shared uvec4 sxl[2u * BLOCKS];  // lo bytes, 8 words per block
+shared uvec4 sxh[2u * BLOCKS];  // hi bytes
+shared float sxs[BLOCKS];       // scales
+#else
 layout(std430, binding = 1) readonly buffer XQ { uvec4 xq[]; };
+#endif
 layout(std430, binding = 2) writeonly buffer Output { float y[]; };
 
 layout(push_constant) uniform Push {
@@ -56,6 +71,41 @@ uint nibbles_minus_8(uint w) {
     return (((w & 0x0F0F0F0Fu) | 0x80808080u) - 0x08080808u) ^ 0x80808080u;
 }
 
+#if defined(XQ_WG)
+const float QMAX = 32639.0;  // as qmatvec_xq.comp: q = 256 * hi + lo, |q| <= 32639
+
+uint pack_bytes(ivec4 v) {
+    uvec4 b = uvec4(v) & 0xFFu;
+    return b.x | (b.y << 8) | (b.z << 16) | (b.w << 24);
+}
+
+// x's block b into shared memory, quantized exactly as qmatvec_xq.comp does it
+void quantize_block(uint b) {
+    vec4 v[8];
+    float m = 0.0;
+    bool finite = true;
+    for (uint k = 0u; k < 8u; ++k) {
+        v[k] = x4[8u * b + k];
+        vec4 a = abs(v[k]);
+        finite = finite && !any(isnan(v[k])) && !any(isinf(v[k]));
+        m = max(m, max(max(a.x, a.y), max(a.z, a.w)));
+    }
+    float inv = finite && m > 0.0 ? QMAX / m : 0.0;
+    uint lo[8], hi[8];
+    for (uint k = 0u; k < 8u; ++k) {
+        ivec4 q = clamp(ivec4(roundEven(v[k] * inv)), ivec4(-32639), ivec4(32639));
+        ivec4 l = ((q + 128) & 255) - 128;
+        lo[k] = pack_bytes(l);
+        hi[k] = pack_bytes((q - l) >> 8);
+    }
+    sxl[2u * b] = uvec4(lo[0], lo[1], lo[2], lo[3]);
+    sxl[2u * b + 1u] = uvec4(lo[4], lo[5], lo[6], lo[7]);
+    sxh[2u * b] = uvec4(hi[0], hi[1], hi[2], hi[3]);
+    sxh[2u * b + 1u] = uvec4(hi[4], hi[5], hi[6], hi[7]);
+    sxs[b] = finite ? m / QMAX : uintBitsToFloat(0x7FC00000u);
+}
+#endif
+
 void main() {
     uint lid = gl_LocalInvocationID.x;
     uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
@@ -65,16 +115,28 @@ void main() {
     }
     uint nb = pc.n_cols >> 5u;
     uint rows = min(ROWS, pc.n_rows - row0);
+#if defined(XQ_WG)
+    for (uint b = lid; b < nb; b += gl_WorkGroupSize.x) {
+        quantize_block(b);
+    }
+    barrier();
+#endif
     uint scale_base = pc.n_rows * nb * QV;  // uvec4 index of the scales
     float acc[ROWS];
     for (uint r = 0u; r < ROWS; ++r) {
         acc[r] = 0.0;
     }
     for (uint b = lid; b < nb; b += gl_WorkGroupSize.x) {
+#if defined(XQ_WG)
+        uvec4 xl0 = sxl[2u * b], xl1 = sxl[2u * b + 1u];
+        uvec4 xh0 = sxh[2u * b], xh1 = sxh[2u * b + 1u];
+        float sx = sxs[b];
+#else
         uvec4 xl0 = xq[2u * b], xl1 = xq[2u * b + 1u];
         uvec4 xh0 = xq[2u * nb + 2u * b], xh1 = xq[2u * nb + 2u * b + 1u];
         uint sxi = 16u * nb + b;  // x scale word
         float sx = uintBitsToFloat(xq[sxi >> 2u][sxi & 3u]);
+#endif
         for (uint r = 0u; r < ROWS; ++r) {  // a constant trip count keeps acc[] in registers
             if (r >= rows) {
                 break;

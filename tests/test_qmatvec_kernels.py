@@ -75,6 +75,11 @@ CONFIGS = {
     "packed-sg-l8r3": ({"qmatvec": {"layout": "packed", "lanes": 8, "rows": 3}}, "packed"),
     "packed-sg-l4r1": ({"qmatvec": {"layout": "packed", "lanes": 4, "rows": 1}}, "packed"),
     "packed-tree-l16r2": ({"qmatvec": {"layout": "packed", "lanes": 16, "rows": 2, "reduce": "tree"}}, "packed"),
+    # ... with x quantized by every workgroup into shared memory (variant *.xwg.*)
+    "packed-xwg-auto": ({"qmatvec": {"layout": "packed", "xq": "workgroup"}}, "packed"),
+    "packed-xwg-sg-l8r8": ({"qmatvec": {"layout": "packed", "xq": "workgroup", "lanes": 8, "rows": 8}}, "packed"),
+    "packed-xwg-tree-l16r3": ({"qmatvec": {"layout": "packed", "xq": "workgroup", "lanes": 16, "rows": 3,
+                                           "reduce": "tree"}}, "packed"),
 }
 
 # (n_rows, n_cols): odd row counts, row lengths whose byte size is / is not a multiple of 16
@@ -156,7 +161,9 @@ def test_qmatvec_variant_matches_float64(backends, cfg, dtype):
         if ".staged." in kernel.spv:
             staged_shapes.append((n_rows, n_cols, n_cols // dtype.block_elems // kernel.spec[3]))
         if family == "packed":
-            assert KernelPolicy.qmatvec_is_packed(kernel) and KernelPolicy.qmatvec_uses_xq(kernel), kernel
+            in_workgroup = CONFIGS[cfg][0]["qmatvec"].get("xq") == "workgroup"
+            assert KernelPolicy.qmatvec_is_packed(kernel), kernel
+            assert KernelPolicy.qmatvec_uses_xq(kernel) != in_workgroup and (".xwg." in kernel.spv) == in_workgroup, kernel
         elif family != "auto":
             assert kernel.spv.startswith("qmatvec." if family == "generic" else "qmatvec_fast."), kernel
             assert (".dot" in kernel.spv) == (family == "dot"), kernel

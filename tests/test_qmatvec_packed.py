@@ -174,13 +174,18 @@ def test_first_use_inside_a_replay_still_computes_the_product(be):
 
 
 @needs_device
-def test_a_nan_in_x_makes_its_rows_nan(be):
-    p = Problem(be, DType.Q8_0, 6, 256, seed=11)
-    x = p.x.copy()
-    x[40] = np.nan
-    be.copy_to_device(x.tobytes(), p.hx)
-    out = p.run()
-    assert np.isnan(out).all(), f"expected NaN in every row, got {out}"
+@pytest.mark.parametrize("xq", ["dispatch", "workgroup"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_a_nan_or_inf_in_x_makes_its_rows_nan(xq, bad):
+    from kbench.backend import VulkanBackend
+
+    with VulkanBackend(qmatvec={"layout": "packed", "xq": xq}) as b:
+        p = Problem(b, DType.Q8_0, 6, 256, seed=11)
+        x = p.x.copy()
+        x[40] = bad
+        b.copy_to_device(x.tobytes(), p.hx)
+        out = p.run()
+    assert np.isnan(out).all(), f"x[40] = {bad}, xq={xq}: expected NaN in every row, got {out}"
 
 
 def _props(**features):
@@ -200,6 +205,8 @@ def _props(**features):
     ({"layout": "packed", "dot": False}, "cannot take dot=False"),
     ({"layout": "packed", "xq": "lane"}, "cannot take xq='lane'"),
     ({"layout": "packed", "teams": 2}, "cannot take teams=2"),
+    ({"xq": "workgroup"}, "xq='workgroup' is a choice of layout='packed'"),
+    ({"layout": "packed", "xq": "shared"}, "xq must be lane, dispatch or workgroup"),
 ])
 def test_bad_packed_configurations_are_refused(knobs, message):
     pol = KernelPolicy(_props(integer_dot_product=True))
@@ -221,3 +228,12 @@ def test_packed_launch_shape_follows_the_rows():
     assert long.spv == "qmatvec_packed.q8_0.sg.spv" and long.spec == (256, 4), long
     assert KernelPolicy.qmatvec_rows(short) == 4
     assert pol.qmatvec(DType.Q4_0, 64, 7).spec == (32, 4), "at least 32 lanes"
+
+
+def test_x_in_shared_memory_is_refused_where_it_does_not_fit():
+    pol = KernelPolicy({**_props(integer_dot_product=True), "max_shared_memory": 16384})
+    pol.configure_qmatvec(layout="packed", xq="workgroup")
+    k = pol.qmatvec(DType.Q4_0, 4096, 14336)  # 128 blocks: 8.5 KiB of x
+    assert ".xwg." in k.spv and k.spec[2] == 128 and not KernelPolicy.qmatvec_uses_xq(k), k
+    with pytest.raises(ValueError, match="xq='workgroup' holds x quantized in shared memory.*16384"):
+        pol.qmatvec(DType.Q4_0, 14336, 4096)  # 448 blocks: 30 KiB

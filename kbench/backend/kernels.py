@@ -461,7 +461,9 @@ class KernelPolicy:
         or "packed": for QMATVEC_PACKED_DTYPES, the backend repacks each weight buffer on first
         use into a 16-byte-aligned copy (qmatvec_pack.comp, the weight bytes again in device
         memory) and runs qmatvec_packed.comp on it (integer dots, ``lanes`` per workgroup,
-        ``rows`` per workgroup); other formats keep the GGUF kernels."""
+        ``rows`` per workgroup, ``xq`` "dispatch" (default) or "workgroup": each workgroup
+        quantizes x into shared memory itself, no second dispatch); other formats keep the
+        GGUF kernels."""
         cfg = dict(config or {}, **knobs)
         unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot", "xq",
                               "layout"}
@@ -477,8 +479,10 @@ class KernelPolicy:
             raise ValueError(f"qmatvec config: staged must be True or False, got {cfg['staged']!r}")
         if cfg.get("dot") is not None and not isinstance(cfg["dot"], bool):
             raise ValueError(f"qmatvec config: dot must be True or False, got {cfg['dot']!r}")
-        if cfg.get("xq", "lane") not in ("lane", "dispatch"):
-            raise ValueError(f"qmatvec config: xq must be lane or dispatch, got {cfg['xq']!r}")
+        if cfg.get("xq", "lane") not in ("lane", "dispatch", "workgroup"):
+            raise ValueError(f"qmatvec config: xq must be lane, dispatch or workgroup, got {cfg['xq']!r}")
+        if cfg.get("xq") == "workgroup" and cfg.get("layout") != "packed":
+            raise ValueError("qmatvec config: xq='workgroup' is a choice of layout='packed'")
         if cfg.get("dot") and not self.has_int_dot:
             raise ValueError("qmatvec config: dot=True needs shaderIntegerDotProduct, which this device lacks")
         if cfg.get("dot") and cfg.get("staged"):
@@ -489,11 +493,12 @@ class KernelPolicy:
             if not self.has_int_dot:
                 raise ValueError("qmatvec config: layout='packed' needs shaderIntegerDotProduct, which this device lacks")
             clash = [k for k, bad in (("kernel", cfg.get("kernel", "auto") == "generic"), ("staged", cfg.get("staged")),
-                                      ("dot", cfg.get("dot") is False), ("xq", cfg.get("xq", "dispatch") != "dispatch"),
+                                      ("dot", cfg.get("dot") is False), ("xq", cfg.get("xq") == "lane"),
                                       ("teams", cfg.get("teams") not in (None, 1))) if bad]
             if clash:
                 raise ValueError(f"qmatvec config: layout='packed' has one kernel (integer dots on x quantized by a "
-                                 f"first dispatch, one team per workgroup); it cannot take {', '.join(clash)}="
+                                 f"first dispatch or by each workgroup, one team per workgroup); it cannot take "
+                                 f"{', '.join(clash)}="
                                  f"{', '.join(repr(cfg[k]) for k in clash)}")
         for key in ("lanes", "rows", "teams", "chunk", "tile_kib"):
             v = cfg.get(key)
@@ -595,7 +600,7 @@ class KernelPolicy:
     @staticmethod
     def qmatvec_uses_xq(kernel: Kernel) -> bool:
         """Whether ``kernel`` reads x quantized by :meth:`qmatvec_xq` instead of x."""
-        return ".dot." in kernel.spv or KernelPolicy.qmatvec_is_packed(kernel)
+        return ".dot." in kernel.spv or (KernelPolicy.qmatvec_is_packed(kernel) and ".xwg." not in kernel.spv)
 
     # -- packed weights (shaders/qmatvec_pack.comp, qmatvec_packed.comp) ---------------------------
     def _qmatvec_packed(self, dtype: DType, n_cols: int, n_rows: int) -> Kernel:
@@ -610,10 +615,18 @@ class KernelPolicy:
         wg = min(int(lanes), _pow2_floor(min(self.max_invocations, self.max_size[0])))
         subgroup = self.use_subgroups and cfg.get("reduce", "subgroup") == "subgroup"
         rows = min(rows, wg)  # one invocation writes each row
-        while rows > 1 and 4 * wg * (rows if subgroup else 1) > self.max_shared:
+        blocks = n_cols // 32
+        x_shared = 68 * blocks if cfg.get("xq") == "workgroup" else 0  # quantized x: 2 bytes per element + scales
+        while rows > 1 and x_shared + 4 * wg * (rows if subgroup else 1) > self.max_shared:
             rows //= 2
-        return Kernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.{'sg' if subgroup else 'tree'}.spv", (wg, rows),
-                      PUSH_QMATVEC)
+        need = x_shared + 4 * wg * (rows if subgroup else 1)
+        if need > self.max_shared:
+            raise ValueError(f"quantized_matmul: xq='workgroup' holds x quantized in shared memory, {need} bytes for "
+                             f"{n_cols} columns with {wg} lanes; the device has {self.max_shared}")
+        reduce = "sg" if subgroup else "tree"
+        if x_shared:
+            return Kernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.xwg.{reduce}.spv", (wg, rows, blocks), PUSH_QMATVEC)
+        return Kernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.{reduce}.spv", (wg, rows), PUSH_QMATVEC)
 
     @staticmethod
     def qmatvec_is_packed(kernel: Kernel) -> bool:
