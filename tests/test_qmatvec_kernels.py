@@ -260,7 +260,7 @@ def test_policy_takes_the_integer_dot_variant_where_the_device_has_it():
     gpu.configure_qmatvec(xq="lane")
     k = gpu.qmatvec(DType.Q4_0, 4096, 14336)
     assert k.spv == "qmatvec_fast.q4_0.dotl.sg.spv" and not KernelPolicy.qmatvec_uses_xq(k), k
-    with pytest.raises(ValueError, match="xq must be lane or dispatch"):
+    with pytest.raises(ValueError, match="xq must be lane, dispatch or workgroup"):
         gpu.configure_qmatvec(xq="shared")
     assert not KernelPolicy.qmatvec_uses_xq(gpu.qmatvec(DType.Q5_K, 4096, 14336)), "no dot kernel for Q5_K"
     gpu.configure_qmatvec(dot=False)
