@@ -237,3 +237,22 @@ def test_x_in_shared_memory_is_refused_where_it_does_not_fit():
     assert ".xwg." in k.spv and k.spec[2] == 128 and not KernelPolicy.qmatvec_uses_xq(k), k
     with pytest.raises(ValueError, match="xq='workgroup' holds x quantized in shared memory.*16384"):
         pol.qmatvec(DType.Q4_0, 14336, 4096)  # 448 blocks: 30 KiB
+
+
+def test_the_automatic_layout_packs_only_large_products_on_gpus(monkeypatch):
+    monkeypatch.setattr(KernelPolicy, "QMATVEC_LAYOUT", "packed")
+    gpu = KernelPolicy(_props(integer_dot_product=True))
+    assert KernelPolicy.qmatvec_is_packed(gpu.qmatvec(DType.Q8_0, 4096, 14336))
+    assert not KernelPolicy.qmatvec_is_packed(gpu.qmatvec(DType.Q8_0, 64, 7)), "small products stay exact"
+    assert not KernelPolicy.qmatvec_is_packed(gpu.qmatvec(DType.Q4_K, 4096, 14336)), "no packed Q4_K kernel"
+    no_dot = KernelPolicy(_props())
+    assert not KernelPolicy.qmatvec_is_packed(no_dot.qmatvec(DType.Q8_0, 4096, 14336))
+    cpu = KernelPolicy({**_props(integer_dot_product=True), "device_type": "cpu"})
+    assert not KernelPolicy.qmatvec_is_packed(cpu.qmatvec(DType.Q8_0, 4096, 14336)), "CPU devices keep GGUF"
+    gpu.configure_qmatvec(dot=False)
+    assert not KernelPolicy.qmatvec_is_packed(gpu.qmatvec(DType.Q8_0, 4096, 14336)), "dot=False asks for GGUF"
+    gpu.configure_qmatvec(layout="gguf")
+    assert not KernelPolicy.qmatvec_is_packed(gpu.qmatvec(DType.Q8_0, 4096, 14336))
+    monkeypatch.setattr(KernelPolicy, "QMATVEC_LAYOUT", "gguf")
+    shipped = KernelPolicy(_props(integer_dot_product=True))
+    assert not KernelPolicy.qmatvec_is_packed(shipped.qmatvec(DType.Q8_0, 4096, 14336))

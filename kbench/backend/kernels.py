@@ -491,7 +491,8 @@ class KernelPolicy:
             raise ValueError(f"qmatvec config: layout must be gguf or packed, got {cfg['layout']!r}")
         if cfg.get("layout") == "packed":
             if not self.has_int_dot:
-                raise ValueError("qmatvec config: layout='packed' needs shaderIntegerDotProduct, which this device lacks")
+                raise ValueError("qmatvec config: layout='packed' needs shaderIntegerDotProduct, "
+                                 "which this device lacks")
             clash = [k for k, bad in (("kernel", cfg.get("kernel", "auto") == "generic"), ("staged", cfg.get("staged")),
                                       ("dot", cfg.get("dot") is False), ("xq", cfg.get("xq") == "lane"),
                                       ("teams", cfg.get("teams") not in (None, 1))) if bad]
@@ -518,7 +519,7 @@ class KernelPolicy:
     def qmatvec(self, dtype: DType, n_cols: int, n_rows: int = 1 << 14) -> Kernel:
         cfg = self.qmatvec_config
         name = QMATVEC_DTYPES[dtype]
-        if cfg.get("layout") == "packed" and dtype in QMATVEC_PACKED_DTYPES:
+        if dtype in QMATVEC_PACKED_DTYPES and self._qmatvec_layout(dtype, n_cols, n_rows) == "packed":
             return self._qmatvec_packed(dtype, n_cols, n_rows)
         choice = cfg.get("kernel", "auto")
         fast = self.qmatvec_fast_ok(dtype) if choice == "auto" else choice == "fast"
@@ -603,6 +604,22 @@ class KernelPolicy:
         return ".dot." in kernel.spv or (KernelPolicy.qmatvec_is_packed(kernel) and ".xwg." not in kernel.spv)
 
     # -- packed weights (shaders/qmatvec_pack.comp, qmatvec_packed.comp) ---------------------------
+    #: the automatic choice of weight layout where no ``layout`` knob is set: "gguf" (the GGUF
+    #: kernels read the weights as they are) or "packed" (QMATVEC_PACKED_DTYPES on GPUs with
+    #: integer dot products and subgroups, from QMATVEC_DOT_MIN_ELEMS weights, with the knob-free
+    #: kernel choices).  "gguf" until the packed kernels are timed on a GPU.
+    QMATVEC_LAYOUT = "gguf"
+
+    def _qmatvec_layout(self, dtype: DType, n_cols: int, n_rows: int) -> str:
+        cfg = self.qmatvec_config
+        if "layout" in cfg:
+            return cfg["layout"]
+        plain = not ({"kernel", "staged", "dot", "xq", "teams"} & set(cfg))  # the other knobs pick GGUF kernels
+        if (self.QMATVEC_LAYOUT == "packed" and plain and self.qmatvec_fast_ok(dtype) and self.has_int_dot
+                and n_rows * n_cols >= self.QMATVEC_DOT_MIN_ELEMS):
+            return "packed"
+        return "gguf"
+
     def _qmatvec_packed(self, dtype: DType, n_cols: int, n_rows: int) -> Kernel:
         cfg = self.qmatvec_config
         rows = int(cfg.get("rows") or 4)
