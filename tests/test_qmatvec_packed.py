@@ -256,3 +256,14 @@ def test_the_automatic_layout_packs_only_large_products_on_gpus(monkeypatch):
     monkeypatch.setattr(KernelPolicy, "QMATVEC_LAYOUT", "gguf")
     shipped = KernelPolicy(_props(integer_dot_product=True))
     assert not KernelPolicy.qmatvec_is_packed(shipped.qmatvec(DType.Q8_0, 4096, 14336))
+
+
+@needs_device
+@pytest.mark.parametrize("xq", ["dispatch", "workgroup"])
+def test_repack_and_product_spread_their_grids_past_the_x_limit(xq):
+    from kbench.backend import VulkanBackend
+
+    # 3 workgroups at most along x: 4000 pairs of blocks and 250 row groups need y > 1
+    with VulkanBackend(grid_limit=3, qmatvec={"layout": "packed", "xq": xq}) as b:
+        p = Problem(b, DType.Q4_0, 1000, 256, seed=12)
+        p.check(f"1000 x 256 on a spread grid, xq={xq}")
