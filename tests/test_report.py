@@ -127,6 +127,19 @@ def test_the_newest_run_of_a_device_wins(tmp_path):
     assert correctness_matrix(df).loc["add[n=4]", "GPU A"] == "pass"
 
 
+def test_a_run_with_other_kernel_options_is_kept_apart_from_the_default_run(tmp_path):
+    make_run(tmp_path, "GPU A", [bench("qmv", {"n": 4}, 1000.0, nbytes=4000)])
+    prov = collect_provenance(props("GPU A"), "vulkan")
+    prov["backend_options"] = {"qmatvec": {"layout": "packed", "rows": 8}}
+    with RunWriter(tmp_path, prov) as run:  # newer, but another experiment
+        run.write(bench("qmv", {"n": 4}, 500.0, nbytes=4000))
+    df = load_runs([tmp_path])
+    assert sorted(df["variant"]) == ["", "qmatvec layout=packed,rows=8"], list(df["variant"])
+    perf = performance_matrix(df)
+    assert list(perf.index) == ["qmv[n=4]", "qmv[n=4] [qmatvec layout=packed,rows=8]"], list(perf.index)
+    assert perf.loc["qmv[n=4]", "GPU A"] != perf.loc["qmv[n=4] [qmatvec layout=packed,rows=8]", "GPU A"]
+
+
 def test_error_in_bench_mode_outranks_a_passing_validation(tmp_path):
     make_run(tmp_path, "GPU A", [validate("add", {"n": 4}),
                                  {**validate("add", {"n": 4}, "error", "DeviceLostError: timeout"),

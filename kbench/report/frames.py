@@ -63,12 +63,14 @@ def device_labels(df: pd.DataFrame) -> dict[tuple[str, str], str]:
 
 def prepare(df: pd.DataFrame) -> pd.DataFrame:
     """Copy of ``df`` with derived columns: device, time_ns, timer, gbps_calc, gflops_calc,
-    rel_spread, row (case_id plus the queue configuration when it is not "single")."""
+    rel_spread, row (case_id plus the queue configuration when it is not "single", plus the
+    run's kernel options, ``variant``, where it had any)."""
     out = df.copy()
     if out.empty:
-        for name in ("device", "time_ns", "timer", "gbps_calc", "gflops_calc", "rel_spread", "row"):
+        for name in ("device", "time_ns", "timer", "gbps_calc", "gflops_calc", "rel_spread", "row", "variant"):
             out[name] = pd.Series(dtype=object)
         return out
+    out["variant"] = column(out, "variant").map(_text)
     labels = device_labels(out)
     out["device"] = [labels[(k, b)] for k, b in zip(out["device_key"], out["backend"])]
     gpu = numeric(out, "gpu_ns.median")
@@ -85,7 +87,8 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     out["rel_spread"] = relative_spread(out)
     qc = column(out, "queue_config").map(_text)
     cid = column(out, "case_id").map(_text)
-    out["row"] = [c if q in ("single", "") else f"{c} [{q}]" for c, q in zip(cid, qc)]
+    out["row"] = [(c if q in ("single", "") else f"{c} [{q}]") + (f" [{v}]" if v else "")
+                  for c, q, v in zip(cid, qc, out["variant"])]
     return out
 
 

@@ -25,7 +25,8 @@ NOT_RUN = "not run"
 KEY_FEATURES = ("float16", "float64", "int8", "int16", "int64", "storage_buffer_8bit",
                 "storage_buffer_16bit", "subgroup_arithmetic", "subgroup_shuffle",
                 "integer_dot_product", "cooperative_matrix")
-_RESULT_KEYS = ["device_key", "backend", "case_id", "queue_config", "mode"]
+# "variant": runs with non-default kernel options (the run header's backend_options) stay apart
+_RESULT_KEYS = ["device_key", "backend", "case_id", "queue_config", "mode", "variant"]
 
 
 def _ordered(values: Iterable[str]) -> list[str]:

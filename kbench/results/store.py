@@ -251,7 +251,21 @@ def flatten_record(record: Mapping[str, Any], prefix: str = "") -> dict[str, Any
 
 _BASE_COLUMNS = [c for c in dict.fromkeys(
     ["run_id", "kind", *CASE_REQUIRED, *PEAK_REQUIRED, "gpu_ns.median", "host_ns.median",
-     "bytes", "flops", "gbps", "gflops", "peak_name", "source", "source_line"]) if c != "params"]
+     "bytes", "flops", "gbps", "gflops", "peak_name", "variant", "source", "source_line"]) if c != "params"]
+
+
+def options_label(options: Mapping[str, Any] | None) -> str:
+    """A run header's ``backend_options`` as a short label ("" for the default kernels), e.g.
+    ``"qmatvec layout=packed"``: records of such runs are kept apart from default runs."""
+    parts = []
+    for group, value in sorted((options or {}).items()):
+        if isinstance(value, Mapping):
+            parts.append(f"{group} " + ",".join(f"{k}={v}" for k, v in sorted(value.items())))
+        elif isinstance(value, (list, tuple)):
+            parts.append(f"{group}=" + "x".join(str(v) for v in value))
+        else:
+            parts.append(f"{group}={value}")
+    return "; ".join(parts)
 
 
 def _load(paths: Iterable[str | Path] | str | Path) -> tuple[list[dict], list[dict], list[str]]:
@@ -270,9 +284,10 @@ def _load(paths: Iterable[str | Path] | str | Path) -> tuple[list[dict], list[di
                                      f"{run_files[header['run_id']]}; the same run is given twice")
         run_files[header["run_id"]] = f
         headers.append({**header, "source": str(f)})
+        variant = options_label(header.get("backend_options"))
         for rec in records:
             line = rec.pop("_line")
-            rows.append({**flatten_record(rec), "source": str(f), "source_line": line})
+            rows.append({**flatten_record(rec), "variant": variant, "source": str(f), "source_line": line})
         notes.extend(file_notes)
     return headers, rows, notes
 
