@@ -6,7 +6,9 @@ batch while the device runs the previous ones; the runtime places the barriers b
 dependent ops.  Pipelines are shared through the runtime's pipeline cache; each Algorithm
 (one descriptor set) is cached per (kernel, buffers) in an LRU that only evicts entries no
 submitted-but-unfinished batch uses, and a freed buffer's algorithms go with it.  Buffers
-freed while a batch may still use them are destroyed once that batch has finished.
+freed while a batch may still use them are destroyed once that batch has finished.  With the
+quantized_matmul knob ``layout="packed"`` the backend also keeps a repacked copy of each weight
+buffer (made on the GPU on first use, remade once any other op has used the buffer, dropped with it).
 
 :meth:`VulkanBackend.replay_gpu_ns` records the calls a benchmark issues into one command
 buffer and submits it again and again: the device then runs the calls back to back (with the
