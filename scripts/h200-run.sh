@@ -5,7 +5,7 @@
 #        and the streamed-transfer tests.
 # extra: kernel probes (variants, fp16 matrix-vector peer), queue configurations, validate, runtime tests.
 # packed: quantized_matmul on repacked weights (layout=packed): its tests, the probe's variants beside the
-#         automatic kernel, and the bench's Q4_0/Q8_0 cases with it, peer in the same run.
+#         automatic kernel, and the bench's Q4_0/Q8_0/Q6_K cases with it, peer in the same run.
 # Writes result runs and logs under $OUT (at most 8 files come back).
 set -u
 source .gl/device-env.sh
@@ -37,12 +37,13 @@ elif [ "$what" = packed ]; then
   KBENCH_VALIDATION=0 timeout ${TESTS_S:-60} python3 -m pytest tests/test_qmatvec_packed.py tests/test_qmatvec_kernels.py \
     -k "packed or auto" -q -rs -p no:cacheprovider > "$out/tests.log" 2>&1
   tail -3 "$out/tests.log"
-  timeout ${PROBE_S:-200} python3 scripts/probe_qmatvec.py --dtypes Q4_0 Q8_0 --variants auto packed packed:64:4 \
+  timeout ${PROBE_S:-200} python3 scripts/probe_qmatvec.py --dtypes Q4_0 Q8_0 Q6_K --variants auto packed packed:64:4 \
     packed:128:2 packed:128:4 packed:128:8 packed:256:4 packed:256:8 packed:512:4 packedw:128:8 packedw:128:16 \
     packedw:256:16 packedw:256:32 > "$out/probe_qmatvec_packed.log" 2>&1
   tail -24 "$out/probe_qmatvec_packed.log"
   KBENCH_QMATVEC=layout=packed timeout ${BENCH_S:-200} python3 -m kbench bench --peer torch --quiet --out "$out/p" \
-    -k "rotate_mib=256,dtype=Q4_0]" -k "rotate_mib=256,dtype=Q8_0]" -k "copy_buffer[size=67108864]" > "$out/bench.log" 2>&1
+    -k "rotate_mib=256,dtype=Q4_0]" -k "rotate_mib=256,dtype=Q8_0]" -k "rotate_mib=256,dtype=Q6_K]" \
+    -k "copy_buffer[size=67108864]" > "$out/bench.log" 2>&1
   tail -6 "$out/bench.log"
 else
   mkdir -p "$out/q" "$out/v"

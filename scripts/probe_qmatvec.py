@@ -23,7 +23,7 @@ dispatch) | staged:LANES:ROWS:TEAMS[:CHUNK|TILEk[:subgroup|tree]] (16-byte loads
 staged through shared memory, CHUNK blocks per row at a time, or the largest chunk whose tile is
 at most TILE KiB; default: the policy's chunk).  raw:<spec> (Q4_0) is the load-only twin of a
 fast/staged spec, raw:stream:LANES:ROWS[:TEAMS] reads the same rows with 16-byte loads and
-nothing else: the read floor of that grid.  packed[:LANES:ROWS[:subgroup|tree]] (Q4_0, Q8_0) is
+nothing else: the read floor of that grid.  packed[:LANES:ROWS[:subgroup|tree]] (Q4_0, Q8_0, Q6_K) is
 the backend's layout="packed": weights repacked on first use (untimed), x quantized by a first
 dispatch, integer dots on 16-byte loads (default launch shape: the policy's); packedw: the same
 with x quantized by every workgroup into shared memory instead (xq="workgroup").
@@ -75,7 +75,7 @@ def parse_variant(spec: str) -> dict:
     if spec.startswith("raw:"):  # Q4_0 only: the same loads as fast:/staged: without decoding
         return dict(parse_variant(spec[4:]), raw="loads")
     parts = spec.split(":")
-    if parts[0] in ("packed", "packedw"):  # Q4_0 / Q8_0 on weights repacked by the backend (layout="packed")
+    if parts[0] in ("packed", "packedw"):  # Q4_0 / Q8_0 / Q6_K on weights repacked by the backend (layout="packed")
         if len(parts) not in (1, 3, 4):
             raise SystemExit(f"bad variant {spec!r}: {VARIANT_SYNTAX}")
         cfg = {"layout": "packed", "xq": "workgroup" if parts[0] == "packedw" else "dispatch"}

@@ -1,13 +1,15 @@
 #version 450
-// quantized_matmul y = W x on Q4_0 / Q8_0 weights repacked by qmatvec_pack.comp (16-byte
+// quantized_matmul y = W x on Q4_0 / Q8_0 / Q6_K weights repacked by qmatvec_pack.comp (16-byte
 // aligned quants, fp16 scales in an array of their own) and x quantized by qmatvec_xq.comp
 // (16 bits per element as two signed bytes, a float scale per block of 32).
 //
-// A workgroup is one team of WG lanes taking ROWS consecutive rows; lane l takes blocks
-// l, l + WG, ... of each row, so the lanes of a subgroup read consecutive 16-byte words.  Per
-// block and row: QV uvec4 loads of quants, a 16-bit load of the scale, and 4-wide signed byte
-// dot products against both byte halves of x (Q4_0: the nibbles become n - 8 as signed bytes).
-// The block's integer sum is exact (|sum| < 2^31); it is scaled once by d * s_x in fp32.
+// A workgroup is one team of WG lanes taking ROWS consecutive rows; lane l takes units of 32
+// weights l, l + WG, ... of each row (a Q4_0/Q8_0 block; an eighth of a Q6_K block), so the
+// lanes of a subgroup read consecutive 16-byte words.  Per unit and row: uvec4 loads of quants,
+// a 16-bit load of the scale, and 4-wide signed byte dot products against both byte halves of
+// x (Q4_0: the nibbles become n - 8 as signed bytes; Q6_K: the 6-bit q - 32, two 16-element
+// sub-blocks with int8 scales).  Integer sums are exact (|sum| < 2^31); they are scaled by
+// d * s_x (and Q6_K's sub-block scale) in fp32.
 // Rows are summed by subgroupAdd and, across subgroups, in shared memory (variant sg), or by a
 // shared-memory tree (variant tree, devices without subgroup arithmetic).
 
@@ -22,6 +24,10 @@
 // kbench: variant q4_0.xwg.tree QT_Q4_0 XQ_WG target=vulkan1.1
 // kbench: variant q8_0.xwg.sg QT_Q8_0 XQ_WG USE_SUBGROUP target=vulkan1.1
 // kbench: variant q8_0.xwg.tree QT_Q8_0 XQ_WG target=vulkan1.1
+// kbench: variant q6_k.sg QT_Q6_K USE_SUBGROUP target=vulkan1.1
+// kbench: variant q6_k.tree QT_Q6_K target=vulkan1.1
+// kbench: variant q6_k.xwg.sg QT_Q6_K XQ_WG USE_SUBGROUP target=vulkan1.1
+// kbench: variant q6_k.xwg.tree QT_Q6_K XQ_WG target=vulkan1.1
 
 #if defined(USE_SUBGROUP)
 #extension GL_KHR_shader_subgroup_basic : require
@@ -36,9 +42,11 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint ROWS = 4;  // rows per workgroup
 
 #if defined(QT_Q4_0)
-const uint QV = 1u;
+const uint QV = 1u, UNITS = 1u;  // uvec4 per block, units of 32 weights per block
+#elif defined(QT_Q8_0)
+const uint QV = 2u, UNITS = 1u;
 #else
-const uint QV = 2u;
+const uint QV = 13u, UNITS = 8u;
 #endif
 
 layout(std430, binding = 0) readonly buffer Packed { uvec4 wq[]; };
@@ -69,6 +77,17 @@ shared float part[gl_WorkGroupSize.x];
 // setting each byte's top bit and subtracting 8 borrows nothing across bytes
 uint nibbles_minus_8(uint w) {
     return (((w & 0x0F0F0F0Fu) | 0x80808080u) - 0x08080808u) ^ 0x80808080u;
+}
+
+// four Q6_K weights as signed bytes q - 32: q = low 4 bits from ql (nibble at shift ls), high 2
+// bits from qh (at shift hs); bytes 0..63, so the same borrow-free subtraction works
+uint q6_minus_32(uint ql, uint qh, uint ls, uint hs) {
+    uint q = ((ql >> ls) & 0x0F0F0F0Fu) | (((qh >> hs) & 0x03030303u) << 4u);
+    return ((q | 0x80808080u) - 0x20202020u) ^ 0x80808080u;
+}
+
+int dot4(uvec4 q, uvec4 x) {
+    return sdot(q.x, x.x, 0) + sdot(q.y, x.y, 0) + sdot(q.z, x.z, 0) + sdot(q.w, x.w, 0);
 }
 
 #if defined(XQ_WG)
@@ -121,7 +140,8 @@ void main() {
     }
     barrier();
 #endif
-    uint scale_base = pc.n_rows * nb * QV;  // uvec4 index of the scales
+    uint nblk = nb / UNITS;  // weight blocks per row
+    uint scale_base = pc.n_rows * nblk * QV;  // uvec4 index of the scales
     float acc[ROWS];
     for (uint r = 0u; r < ROWS; ++r) {
         acc[r] = 0.0;
@@ -141,9 +161,28 @@ void main() {
             if (r >= rows) {
                 break;
             }
-            uint blk = (row0 + r) * nb + b;
+            uint blk = (row0 + r) * nblk + b / UNITS;
             uint si = blk >> 1u;
             float d = unpackHalf2x16(wq[scale_base + (si >> 2u)][si & 3u] >> (16u * (blk & 1u))).x;
+#if defined(QT_Q6_K)
+            // unit b & 7 of the block: half h = bit 2 (elements 128h ..), group g = bits 0-1:
+            // ql bytes 64h + 32 (g & 1) + l, nibble g >> 1, qh bytes 32h + l at bits 2g, scales
+            // 8h + 2g (elements 0..15) and + 1 (16..31)
+            uint g = b & 3u, h = (b >> 2u) & 1u, q0 = blk * QV;
+            uvec4 l0 = wq[q0 + 4u * h + 2u * (g & 1u)], l1 = wq[q0 + 4u * h + 2u * (g & 1u) + 1u];
+            uvec4 h0 = wq[q0 + 8u + 2u * h], h1 = wq[q0 + 8u + 2u * h + 1u];
+            int scw = int(wq[q0 + 12u][2u * h + (g >> 1u)]);
+            uint ls = 4u * (g >> 1u), hs = 2u * g;
+            uvec4 qa = uvec4(q6_minus_32(l0.x, h0.x, ls, hs), q6_minus_32(l0.y, h0.y, ls, hs),
+                             q6_minus_32(l0.z, h0.z, ls, hs), q6_minus_32(l0.w, h0.w, ls, hs));
+            uvec4 qb = uvec4(q6_minus_32(l1.x, h1.x, ls, hs), q6_minus_32(l1.y, h1.y, ls, hs),
+                             q6_minus_32(l1.z, h1.z, ls, hs), q6_minus_32(l1.w, h1.w, ls, hs));
+            // each sum of 16 is below 2^24, so exact in fp32
+            float ta = float(256 * dot4(qa, xh0) + dot4(qa, xl0));
+            float tb = float(256 * dot4(qb, xh1) + dot4(qb, xl1));
+            int sb = int(16u * (g & 1u));
+            acc[r] += (ta * float(bitfieldExtract(scw, sb, 8)) + tb * float(bitfieldExtract(scw, sb + 8, 8))) * (d * sx);
+#else
             int t;
 #if defined(QT_Q4_0)
             uvec4 q = wq[blk];
@@ -163,6 +202,7 @@ void main() {
                    + sdot(q1.x, xl1.x, 0) + sdot(q1.y, xl1.y, 0) + sdot(q1.z, xl1.z, 0) + sdot(q1.w, xl1.w, 0));
 #endif
             acc[r] += float(t) * (d * sx);
+#endif
         }
     }
 #if defined(USE_SUBGROUP)

@@ -11,7 +11,7 @@ bytes and a whole number of chunks; each staged config must run at least one sha
 several chunks per row.
 Its integer-dot variants (x quantized to 16 bits per element by qmatvec_xq.comp, on devices with
 shaderIntegerDotProduct, which lavapipe has) run with the same team shapes; their NMSE (about
-2e-10) is held to the same limit.  So is qmatvec_packed.comp (Q4_0, Q8_0 on weights repacked by
+2e-10) is held to the same limit.  So is qmatvec_packed.comp (Q4_0, Q8_0, Q6_K on weights repacked by
 qmatvec_pack.comp; the cache of repacked copies is tested in test_qmatvec_packed.py).  The fp32 configs ask for dot=False explicitly.
 The generic qmatvec.comp covers every dtype in QMATVEC_DTYPES (subgroup and shared variants).
 Reference: kbench.quant.dequantize in float64; NMSE <= 1e-8.

@@ -74,7 +74,7 @@ class Problem:
 
 
 @needs_device
-@pytest.mark.parametrize("dtype", [DType.Q4_0, DType.Q8_0], ids=lambda d: d.name)
+@pytest.mark.parametrize("dtype", [DType.Q4_0, DType.Q8_0, DType.Q6_K], ids=lambda d: d.name)
 def test_a_weight_buffer_is_repacked_once_and_reused(be, dtype):
     p = Problem(be, dtype, 37, 512, seed=1)
     p.check("first call (repacks)")
@@ -217,6 +217,13 @@ def test_bad_packed_configurations_are_refused(knobs, message):
 def test_packed_layout_needs_integer_dot_products():
     with pytest.raises(ValueError, match="needs shaderIntegerDotProduct"):
         KernelPolicy(_props()).configure_qmatvec(layout="packed")
+
+
+def test_packed_bytes_are_the_gguf_bytes_with_the_scales_apart():
+    # 14336 x 4096: 1,835,008 Q4_0 blocks of 16 quant bytes + 2 scale bytes; 229,376 Q6_K blocks of 208 + 2
+    assert KernelPolicy.qmatvec_packed_bytes(DType.Q4_0, 14336, 4096) == 1_835_008 * 18
+    assert KernelPolicy.qmatvec_packed_bytes(DType.Q6_K, 14336, 4096) == 229_376 * 210
+    assert KernelPolicy.qmatvec_packed_bytes(DType.Q8_0, 1, 32) == 32 + 4, "an odd block count rounds its scale word up"
 
 
 def test_packed_launch_shape_follows_the_rows():

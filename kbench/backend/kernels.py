@@ -55,7 +55,7 @@ _K_FORMATS = frozenset({DType.Q4_K, DType.Q5_K, DType.Q6_K})
 QMATVEC_FAST_UNIT: Mapping[DType, int] = {DType.Q4_0: 8, DType.Q8_0: 8, DType.Q4_K: 32, DType.Q6_K: 32}
 QMATVEC_FAST_DTYPES = frozenset(QMATVEC_FAST_UNIT)
 #: formats with a repacked-weights kernel (qmatvec_packed.comp; the qmatvec knob layout="packed")
-QMATVEC_PACKED_DTYPES = frozenset({DType.Q4_0, DType.Q8_0})
+QMATVEC_PACKED_DTYPES = frozenset({DType.Q4_0, DType.Q8_0, DType.Q6_K})
 
 
 def qmatvec_unit(dtype: DType) -> int:
