@@ -104,6 +104,16 @@ def _pow2_ceil(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
+def _team_lanes(n_rows: int, rows: int, units: int) -> int:
+    """Lanes per row team for the fast and packed quantized matvec kernels: about 512k
+    invocations in all, one team per workgroup, so the 14336 short rows of a 14336 x 4096 matrix
+    get 128 lanes a team and the 4096 long rows of 4096 x 14336 get 256 (H200, GPU timestamps at
+    full clock, 2026-12-03: the best or within 6% of the best of the probed shapes for
+    Q4_0/Q8_0/Q4_K/Q6_K with qmatvec_fast), no more lanes than the row has units."""
+    lanes = _pow2_floor(max(1, (512 << 10) // max(1, _ceil_div(n_rows, rows))))
+    return max(32, min(256, lanes, _pow2_ceil(max(1, units))))
+
+
 def _qmatvec_reduce_bytes(wg: int, rows: int) -> int:
     """Shared memory of qmatvec_fast.comp's reduction: red[wg * rows] floats and sg_bad[wg]."""
     return wg * (4 * rows + 4)
@@ -544,15 +554,7 @@ class KernelPolicy:
         name = QMATVEC_DTYPES[dtype]
         units = n_cols // QMATVEC_FAST_UNIT[dtype]
         rows = int(cfg.get("rows") or 4)
-        lanes = cfg.get("lanes")
-        if lanes is None:
-            # about 512k invocations in all, one team per workgroup: the 14336 short rows of a
-            # 14336 x 4096 matrix get 128 lanes a team, the 4096 long rows of 4096 x 14336 get
-            # 256 (H200, GPU timestamps at full clock, 2026-12-03: the best or within 6% of the
-            # best of the probed shapes for Q4_0/Q8_0/Q4_K/Q6_K), no more lanes than units
-            target = _ceil_div(n_rows, rows)
-            lanes = _pow2_floor(max(1, (512 << 10) // max(1, target)))
-            lanes = max(32, min(256, lanes, _pow2_ceil(units)))
+        lanes = cfg.get("lanes") or _team_lanes(n_rows, rows, units)
         limit = _pow2_floor(min(self.max_invocations, self.max_size[0]))
         lanes = min(int(lanes), limit)
         teams = cfg.get("teams")
@@ -623,20 +625,19 @@ class KernelPolicy:
     def _qmatvec_packed(self, dtype: DType, n_cols: int, n_rows: int) -> Kernel:
         cfg = self.qmatvec_config
         rows = int(cfg.get("rows") or 4)
-        lanes = cfg.get("lanes")
-        if lanes is None:
-            # the fast kernel's rule (about 512k invocations in all), no more lanes than blocks
-            target = _ceil_div(n_rows, rows)
-            lanes = _pow2_floor(max(1, (512 << 10) // max(1, target)))
-            lanes = max(32, min(256, lanes, _pow2_ceil(max(1, n_cols // 32))))
+        blocks = n_cols // 32  # units of 32 weights, one x scale each
+        lanes = cfg.get("lanes") or _team_lanes(n_rows, rows, blocks)
         wg = min(int(lanes), _pow2_floor(min(self.max_invocations, self.max_size[0])))
         subgroup = self.use_subgroups and cfg.get("reduce", "subgroup") == "subgroup"
         rows = min(rows, wg)  # one invocation writes each row
-        blocks = n_cols // 32
-        x_shared = 68 * blocks if cfg.get("xq") == "workgroup" else 0  # quantized x: 2 bytes per element + scales
-        while rows > 1 and x_shared + 4 * wg * (rows if subgroup else 1) > self.max_shared:
+        x_shared = self.qmatvec_xq_bytes(n_cols) if cfg.get("xq") == "workgroup" else 0
+
+        def shared_bytes(rows: int) -> int:  # x (if held) + the reduction's partial sums
+            return x_shared + 4 * wg * (rows if subgroup else 1)
+
+        while rows > 1 and shared_bytes(rows) > self.max_shared:
             rows //= 2
-        need = x_shared + 4 * wg * (rows if subgroup else 1)
+        need = shared_bytes(rows)
         if need > self.max_shared:
             raise ValueError(f"quantized_matmul: xq='workgroup' holds x quantized in shared memory, {need} bytes for "
                              f"{n_cols} columns with {wg} lanes; the device has {self.max_shared}")

@@ -531,10 +531,7 @@ class VulkanBackend(ComputeBackend):
             else:
                 cap.seq.record(op)
                 cap.n_ops += 1
-                for k in keys:
-                    buf = self._buffers[k]
-                    buf.last_serial = self._serial
-                    buf.touches += 1
+                self._mark_used(keys)
                 return
         slot = self._ring[self._current]
         if slot.submitted:
@@ -542,12 +539,16 @@ class VulkanBackend(ComputeBackend):
         slot.seq.record(op)
         slot.serial = self._serial
         slot.n_ops += 1
+        self._mark_used(keys)
+        if flush_ok and slot.n_ops >= self._batch_ops:
+            self._submit()
+
+    def _mark_used(self, keys: Iterable[int]) -> None:
+        """The buffers an op just recorded uses: kept until its batch finishes; packed copies stale."""
         for k in keys:
             buf = self._buffers[k]
             buf.last_serial = self._serial
             buf.touches += 1
-        if flush_ok and slot.n_ops >= self._batch_ops:
-            self._submit()
 
     def _submit(self) -> None:
         """Submit the batch being recorded (if any) and move to the next ring slot."""
