@@ -22,11 +22,13 @@ def compile_source(
     defines: dict[str, str | int] | None = None,
     target_env: str = "vulkan1.1",
     glslang: str | None = None,
+    include_dirs: list[str] | None = None,
 ) -> bytes:
     """Compile GLSL compute shader ``source`` to SPIR-V bytes.
 
     Raises ShaderCompileError with the compiler's own message on a GLSL error, and
-    FileNotFoundError when no glslangValidator is installed.
+    FileNotFoundError when no glslangValidator is installed. ``include_dirs`` are searched for
+    ``#include`` files (the source is compiled from a temporary folder, not from where it lives).
     """
     if not isinstance(source, str):
         raise TypeError(f"source must be a str of GLSL, got {type(source).__name__}")
@@ -43,6 +45,8 @@ def compile_source(
         cmd = [exe, "-V", "--target-env", target_env, "-S", "comp", src, "-o", out]
         for k, v in (defines or {}).items():
             cmd.append(f"-D{k}={v}")
+        for d in include_dirs or ():
+            cmd.append(f"-I{d}")
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0 or not os.path.exists(out):
             msg = (proc.stdout + proc.stderr).replace(src, "<source>").strip()
