@@ -1,4 +1,5 @@
-"""Compute backends: the ComputeBackend contract, the NumPy reference and the Vulkan backend.
+"""Compute backends: the table of ops, the ComputeBackend contract, the NumPy reference and the
+Vulkan backend.
 
 ``VulkanBackend`` is imported lazily (module ``__getattr__``), so importing this package does
 not need the ``vulkan`` bindings or a Vulkan loader.
@@ -9,15 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from kbench.backend.base import (
-    ALIASING_OPS,
     BackendClosedError,
     BufferHandle,
     ComputeBackend,
     DeviceInfo,
     InvalidHandleError,
-    OP_BUFFER_ACCESS,
     UnsupportedDTypeError,
 )
+from kbench.backend.op_table import ALIASING_OPS, OP_BUFFER_ACCESS, OPS
 from kbench.backend.numpy_backend import NumpyBackend
 from kbench.quant import DType
 
@@ -34,6 +34,7 @@ __all__ = [
     "InvalidHandleError",
     "NumpyBackend",
     "OP_BUFFER_ACCESS",
+    "OPS",
     "UnsupportedDTypeError",
     "create_backend",
 ]

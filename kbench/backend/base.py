@@ -17,10 +17,11 @@ import itertools
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Mapping, Union
+from typing import Any, Union
 
 import numpy as np
 
+from kbench.backend.op_table import ALIASING_OPS, OP_BUFFER_ACCESS
 from kbench.quant import DType, row_bytes
 
 __all__ = [
@@ -30,8 +31,6 @@ __all__ = [
     "InvalidHandleError",
     "BackendClosedError",
     "UnsupportedDTypeError",
-    "OP_BUFFER_ACCESS",
-    "ALIASING_OPS",
     "FLOAT_BYTES",
     "U32_MAX",
 ]
@@ -40,32 +39,6 @@ __all__ = [
 FLOAT_BYTES = 4
 #: the ops' integer arguments are u32 in the trait (and in the shaders' push constants)
 U32_MAX = 2**32 - 1
-
-#: Which buffer arguments each op reads ("r"), writes ("w") or both ("rw").  Buffers of an op
-#: listed in ALIASING_OPS may be the same buffer (e.g. in-place softmax); for the other ops
-#: a written buffer must differ from every other buffer argument (ValueError otherwise).
-OP_BUFFER_ACCESS: Mapping[str, Mapping[str, str]] = {
-    "matmul": {"a": "r", "b": "r", "out": "w"},
-    "softmax": {"input": "r", "output": "w"},
-    "rms_norm": {"input": "r", "weight": "r", "output": "w"},
-    "rope": {"q": "rw", "k": "rw"},
-    "silu": {"input": "r", "output": "w"},
-    "element_mul": {"a": "r", "b": "r", "output": "w"},
-    "add": {"a": "r", "b": "r", "output": "w"},
-    "copy_to_device": {"handle": "w"},
-    "copy_from_device": {"handle": "r"},
-    "copy_buffer": {"src": "r", "dst": "w"},
-    "copy_buffer_offset": {"src": "r", "dst": "w"},
-    "attn_score": {"q": "r", "k_cache": "r", "scores": "w"},
-    "attn_value": {"weights": "r", "v_cache": "r", "output": "w"},
-    "quantized_matmul": {"weights": "r", "input": "r", "output": "w"},
-    # an extension beyond the trait (VulkanBackend / NumpyBackend.matmul_f16; see check_matmul_f16)
-    "matmul_f16": {"a": "r", "b": "r", "out": "w"},
-}
-
-#: ops whose output may alias an input: each output element depends only on inputs that the
-#: op has finished reading (elementwise, or a reduction done before any write)
-ALIASING_OPS = frozenset({"softmax", "rms_norm", "silu", "element_mul", "add"})
 
 _handle_ids = itertools.count(1)  # global, so a handle of one backend is unknown to another
 

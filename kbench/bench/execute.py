@@ -15,6 +15,7 @@ import numpy as np
 
 from kbench.cases.base import CaseFailure, Instance
 from kbench.cases.compare import Verdict, judge_exact, judge_nmse
+from kbench.results.records import case_record
 
 from .clocks import read_clocks
 from .targets import Lane, Target
@@ -102,13 +103,11 @@ def shard_seed(seed: int, case_id: str, lane: int) -> list[int]:
 
 
 def base_record(inst: Instance, target: Target, mode: str) -> dict[str, Any]:
-    return {
-        "kind": "case", "backend": target.backend_name, "queue_config": target.queue_config,
-        "queues": target.queues, "case": inst.case.name, "params": dict(inst.params),
-        "case_id": inst.case_id, "mode": mode, "status": "error", "reason": "",
-        "layer": inst.case.layer, "lanes": len(target.lanes),
-        "bytes": inst.bytes_moved or None, "flops": inst.flops or None,
-    }
+    """The case record of `inst` on `target` before it ran (status "error" until it does)."""
+    return case_record(
+        inst.case.name, inst.params, case_id=inst.case_id, mode=mode, backend=target.backend_name,
+        queue_config=target.queue_config, queues=target.queues, layer=inst.case.layer,
+        lanes=len(target.lanes), bytes=inst.bytes_moved or None, flops=inst.flops or None)
 
 
 def _judge(inst: Instance, outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> Verdict:

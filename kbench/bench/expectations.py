@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from kbench.cases.base import glob_match
+from kbench.results.records import case_name
 
 EXPECTABLE = ("fail", "error", "any")
 
@@ -50,7 +51,7 @@ class Expectation:
 
         return (glob(self.driver, driver) and glob(self.device, device)
                 and glob(self.queue_config, queue_config)
-                and (glob(self.case, case_id) or glob(self.case, case_id.split("[")[0])))
+                and (glob(self.case, case_id) or glob(self.case, case_name(case_id))))
 
     def expects(self, status: str) -> bool:
         return status in ("fail", "error") if self.status == "any" else status == self.status

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from kbench.cases.shaders import load_spirv
+from kbench.results.records import case_record, peak_record
 
 from .timing import stats
 
@@ -183,16 +184,25 @@ def run_peak(peak: Peak, kp: Any, mgr: Any, props: dict) -> dict[str, Any]:
     """A "peak" record for the store, or a case record with status unsupported/error."""
     features = dict(props.get("features") or {})
     missing = [f for f in peak.features if not features.get(f)]
-    base = {"case": peak.name, "params": {}, "case_id": peak.name, "mode": "bench", "layer": "peak"}
     if missing:
-        return {**base, "kind": "case", "status": "unsupported",
-                "reason": f"missing device feature: {', '.join(missing)}"}
+        return peak_failure(peak.name, "unsupported", f"missing device feature: {', '.join(missing)}")
+    return measure_peak(peak, lambda: peak.measure(kp, mgr, props))
+
+
+def peak_failure(name: str, status: str, reason: str) -> dict[str, Any]:
+    """The case record of a peak that could not be measured (status "unsupported" or "error")."""
+    return case_record(name, mode="bench", status=status, reason=reason, layer="peak")
+
+
+def measure_peak(peak: Peak, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run ``measure()`` (a result dict: value, timings, params) into a peak record, or a failed
+    peak's case record naming the exception; the run goes on either way."""
     try:
-        result = peak.measure(kp, mgr, props)
+        result = measure()
     except Exception as exc:  # noqa: BLE001 - a failed peak is recorded, the run goes on
         status = "unsupported" if type(exc).__name__ == "UnsupportedFeatureError" else "error"
-        return {**base, "kind": "case", "status": status, "reason": f"{type(exc).__name__}: {exc}"}
-    return {"kind": "peak", "peak": peak.name, "unit": peak.unit, **result}
+        return peak_failure(peak.name, status, f"{type(exc).__name__}: {exc}")
+    return peak_record(peak.name, unit=peak.unit, **result)
 
 
 def peak_fraction(record: dict[str, Any], case_peak: str | None, peaks: dict[str, float]) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from kbench.backend.base import BufferHandle, ComputeBackend, DeviceInfo
+from kbench.backend.op_table import DEVICE_ONLY_OPS
 from kbench.quant import DType
 
 from .targets import Lane, Target
@@ -234,10 +235,9 @@ class TorchBackend(ComputeBackend):
         self._touch(output)
 
 
-#: backend ops that are device work only on the peer (no host copies, no synchronize): a case
-#: made of these can be captured into a CUDA graph
-GRAPH_OPS = frozenset({"matmul", "matmul_f16", "softmax", "rms_norm", "rope", "silu", "element_mul", "add",
-                       "attn_score", "attn_value", "quantized_matmul", "copy_buffer", "copy_buffer_offset"})
+#: backend ops that are device work only (no host copies, no synchronize): a case made of these
+#: can be captured into a CUDA graph
+GRAPH_OPS = DEVICE_ONLY_OPS
 
 
 def _capture_graph(torch: Any, launch, repeats: int) -> Any:
@@ -422,18 +422,16 @@ def _peer_transfer(direction: str):
 
 def run_peer_peak(name: str) -> dict[str, Any]:
     """A peak record for the peer (same names and units as kbench.bench.peaks), or an error record."""
-    from .peaks import get_peak
+    from .peaks import get_peak, measure_peak, peak_failure
 
     peak = get_peak(name)
-    base = {"case": name, "params": {}, "case_id": name, "mode": "bench", "layer": "peak"}
     fn = {"peak.copy_bandwidth": _peer_copy_bandwidth, "peak.dispatch_latency": _peer_dispatch_latency,
           "peak.h2d": _peer_transfer("h2d"), "peak.d2h": _peer_transfer("d2h")}.get(name)
     if fn is None:
-        return {**base, "kind": "case", "status": "unsupported", "reason": f"the {PEER_NAME} peer does not measure {name}"}
-    try:
+        return peak_failure(name, "unsupported", f"the {PEER_NAME} peer does not measure {name}")
+
+    def measure() -> dict[str, Any]:
         import torch
 
-        result = fn(torch)
-    except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
-        return {**base, "kind": "case", "status": "error", "reason": f"{type(exc).__name__}: {exc}"}
-    return {"kind": "peak", "peak": peak.name, "unit": peak.unit, **result}
+        return fn(torch)
+    return measure_peak(peak, measure)

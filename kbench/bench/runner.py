@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kbench.cases import instances as case_instances
+from kbench.results.records import case_error, case_record
 
 from . import expectations as expect
 from .devices import backend_options, configs_for, enumerate_devices, recorded_options, select_devices
@@ -209,10 +210,9 @@ class Runner:
                     self.files.append(writer.path)
                     for c in configs:
                         if c.unsupported:  # kept in the results, so a report shows what was not run
-                            writer.write({"kind": "case", "case": "queue_config", "params": {"name": c.name},
-                                          "case_id": f"queue_config[name={c.name}]", "mode": self.o.mode,
-                                          "status": "unsupported", "reason": c.unsupported,
-                                          "queue_config": c.name, "queues": [], "layer": "runner"})
+                            writer.write(case_record("queue_config", {"name": c.name}, mode=self.o.mode,
+                                                     status="unsupported", reason=c.unsupported,
+                                                     queue_config=c.name, queues=[], layer="runner"))
                     peaks: dict[str, float] = {}
                     for n, c in enumerate(available):
                         insts = self._instances_for(c.name)
@@ -275,18 +275,18 @@ class Runner:
             return writer.write(rec)
         except RecordError as exc:
             # a record kbench made does not follow its own schema: keep the result as an error
-            fixed = {k: rec.get(k) for k in ("kind", "case", "params", "case_id", "mode", "queue_config", "queues")}
-            fixed.update(status="error", reason=f"result record rejected by the schema: {exc}")
-            fixed["kind"] = "case"
-            fixed["params"] = fixed["params"] if isinstance(fixed["params"], dict) else {}
-            fixed["queues"] = fixed["queues"] if isinstance(fixed["queues"], list) else []
+            params, queues = rec.get("params"), rec.get("queues")
+            fixed = case_record(rec.get("case"), params if isinstance(params, dict) else {},
+                                case_id=rec.get("case_id"), mode=rec.get("mode"), status="error",
+                                reason=f"result record rejected by the schema: {exc}",
+                                queue_config=rec.get("queue_config"),
+                                queues=queues if isinstance(queues, list) else [])
             return writer.write(fixed)
 
     def _error_record(self, cid: str, reason: str) -> dict[str, Any]:
         inst = next((i for i in self.instances if i.case_id == cid), None)
-        return {"kind": "case", "case": cid.split("[")[0], "params": dict(inst.params) if inst else {},
-                "case_id": cid, "mode": self.o.mode, "status": "error", "reason": reason,
-                "layer": inst.case.layer if inst else "peak"}
+        return case_error(cid, self.o.mode, reason, params=dict(inst.params) if inst else {},
+                          layer=inst.case.layer if inst else "peak")
 
     def _drive(self, job: dict[str, Any], ids: list[str], peak_ids: set[str], on_record, on_ready) -> None:
         """Run `ids` through worker processes until each has a result."""
@@ -417,10 +417,9 @@ class Runner:
                 self.summary.notes.append(f"peer {PEER_NAME} unavailable: {why}")
                 self.progress.begin(len(insts), f"{PEER_NAME} (unavailable)")
                 for inst in insts:
-                    rec = {"kind": "case", "case": inst.case.name, "params": dict(inst.params),
-                           "case_id": inst.case_id, "mode": self.o.mode, "status": "unsupported",
-                           "reason": f"peer {PEER_NAME} unavailable: {why}", "queue_config": "single",
-                           "queues": [], "layer": "backend", "peer": True}
+                    rec = case_record(inst.case.name, inst.params, case_id=inst.case_id, mode=self.o.mode,
+                                      status="unsupported", reason=f"peer {PEER_NAME} unavailable: {why}",
+                                      queue_config="single", queues=[], layer="backend", peer=True)
                     rec = writer.write(rec)
                     self.summary.add(rec)
                     self.progress.advance(rec)

@@ -62,6 +62,7 @@ def emit(stream: TextIO, event: dict[str, Any]) -> None:
 def run_job(job: dict[str, Any], out: TextIO) -> int:
     """Run `job` (see kbench.bench.runner.make_job), emitting events to `out`; returns exit code."""
     from kbench.cases import ALL_CASES
+    from kbench.results.records import case_error
 
     from .devices import configs_for, enumerate_devices, open_target
     from .execute import run_instance
@@ -109,9 +110,8 @@ def run_job(job: dict[str, Any], out: TextIO) -> int:
             _inject_fault(cid)
             inst = by_id.get(cid)
             if inst is None:
-                rec = {"kind": "case", "case": cid.split("[")[0], "params": {}, "case_id": cid, "mode": mode,
-                       "status": "error", "reason": f"unknown case id {cid!r} for mode {mode}",
-                       "queue_config": target.queue_config, "queues": target.queues}
+                rec = case_error(cid, mode, f"unknown case id {cid!r} for mode {mode}",
+                                 queue_config=target.queue_config, queues=target.queues)
             else:
                 rec = run_instance(inst, target, mode, seed=int(job.get("seed", 0)), policy=policy,
                                    max_bytes=job.get("max_bytes"))

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .base import Case, CaseFailure, Instance, UnsupportedCase, case_id, parse_filter
+from .base import Case, CaseFailure, Instance, UnsupportedCase, parse_filter
 from .ops import BACKEND_CASES
 from .runtime_ops import RUNTIME_CASES
 
 __all__ = [
-    "ALL_CASES", "Case", "CaseFailure", "Instance", "UnsupportedCase", "case_id", "get_case",
+    "ALL_CASES", "Case", "CaseFailure", "Instance", "UnsupportedCase", "get_case",
     "instances", "parse_filter", "select",
 ]
 

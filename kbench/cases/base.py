@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from kbench.results.records import case_name, make_case_id
+
 Params = Mapping[str, Any]
 Arrays = dict[str, np.ndarray]
 
@@ -141,7 +143,7 @@ class Instance:
     @property
     def case_id(self) -> str:
         """Stable identifier, e.g. ``quantized_matmul[n_rows=64,n_cols=256,dtype=Q4_0]``."""
-        return case_id(self.case.name, self.params)
+        return make_case_id(self.case.name, self.params)
 
     @property
     def bytes_moved(self) -> int:
@@ -154,21 +156,6 @@ class Instance:
     @property
     def features(self) -> tuple[str, ...]:
         return tuple(self.case.features(self.params))
-
-
-def case_id(name: str, params: Params) -> str:
-    """`name[k=v,...]` in the order the parameters were declared (the results schema's format:
-    integral floats print as integers, sequences join with "x")."""
-    inner = ",".join(f"{k}={_param_text(v)}" for k, v in params.items())
-    return f"{name}[{inner}]" if inner else name
-
-
-def _param_text(value: Any) -> str:
-    if isinstance(value, (list, tuple)):
-        return "x".join(_param_text(v) for v in value)
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
 
 
 def glob_match(pattern: str, text: str, *, ignore_case: bool = False) -> bool:
@@ -206,7 +193,7 @@ def parse_filter(patterns: Sequence[str] | str | None) -> Callable[[str], bool]:
 
     def match(pattern: str, cid: str) -> bool:
         if "*" in pattern or "?" in pattern:
-            return glob_match(pattern, cid) or glob_match(pattern, cid.split("[")[0])
+            return glob_match(pattern, cid) or glob_match(pattern, case_name(cid))
         return pattern in cid
 
     def predicate(cid: str) -> bool:

@@ -1,9 +1,14 @@
-"""Result schema (versioned), the JSONL run store and run provenance. Plain data: no Vulkan."""
+"""Result records (constructors, case ids), their versioned schema, the JSONL run store and run
+provenance. Plain data: no Vulkan."""
 
 from .provenance import collect_provenance, device_identity, git_revision, make_run_id, utc_now
+from .records import (
+    IMPLEMENTATION_OF_BACKEND, CaseId, case_error, case_name, case_record, implementation_of, make_case_id,
+    parse_case_id, peak_record,
+)
 from .schema import (
-    KNOWN_BACKENDS, MODES, PEAK_UNITS, SCHEMA_VERSION, STATUSES, RecordError, make_case_id,
-    make_device_key, validate_record,
+    KNOWN_BACKENDS, MODES, PEAK_UNITS, SCHEMA_VERSION, STATUSES, RecordError, make_device_key,
+    validate_record,
 )
 from .store import (
     ResultsFormatError, ResultsWarning, RunWriter, flatten_record, load_run_headers, load_runs,
@@ -11,6 +16,8 @@ from .store import (
 )
 
 __all__ = [
+    "IMPLEMENTATION_OF_BACKEND", "CaseId", "case_error", "case_name", "case_record", "implementation_of",
+    "parse_case_id", "peak_record",
     "KNOWN_BACKENDS", "MODES", "PEAK_UNITS", "SCHEMA_VERSION", "STATUSES", "RecordError",
     "ResultsFormatError", "ResultsWarning", "RunWriter", "collect_provenance", "device_identity",
     "flatten_record", "git_revision", "load_run_headers", "load_runs", "make_case_id",

@@ -14,6 +14,7 @@ from typing import Any
 
 import kbench
 
+from .records import implementation_of
 from .schema import DEVICE_IDENTITY_FIELDS, SCHEMA_VERSION, make_device_key, slug
 
 _VERSIONED_PACKAGES = ("numpy", "vulkan", "pandas", "torch")
@@ -116,11 +117,14 @@ def device_identity(device_props: Mapping[str, Any] | None, backend: str) -> dic
     return ident
 
 
-def collect_provenance(device_props: Mapping[str, Any] | None, backend: str) -> dict[str, Any]:
+def collect_provenance(device_props: Mapping[str, Any] | None, backend: str,
+                       implementation: str | None = None) -> dict[str, Any]:
     """Header record ("kind": "run") for a new run, without run_id (RunWriter assigns it).
 
     ``device_props`` is ``mgr.get_device_properties()`` (or None for the NumPy backend); the
-    header keeps the device identity, its features and its main limits.
+    header keeps the device identity, its features and its main limits. ``implementation``
+    names whose kernels the run measures (default: the one ``backend`` stands for); the
+    RunWriter copies it into every record of the run.
     """
     if not isinstance(backend, str) or not backend:
         raise ValueError(f"backend must be a non-empty string such as 'vulkan', got {backend!r}")
@@ -148,6 +152,7 @@ def collect_provenance(device_props: Mapping[str, Any] | None, backend: str) -> 
         "python": platform.python_version(),
         "packages": package_versions(),
         "backend": backend,
+        "implementation": implementation or implementation_of({"backend": backend}),
         "device": device,
         "device_key": make_device_key(ident),
         "command": list(sys.argv),

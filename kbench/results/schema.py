@@ -55,7 +55,15 @@ CASE_OPTIONAL = {
     "metric": dict, "gpu_ns": dict, "host_ns": dict, "bytes": (int, float),
     "flops": (int, float), "gbps": (int, float), "gflops": (int, float),
     "peak_fraction": (int, float), "peak_name": str, "clocks": (dict, str),
+    "implementation": str,
 }
+
+#: whose kernels the numbers are ("kbench", "numpy", "torch-cuda", a foreign set such as
+#: "yule@1ef0762"); optional in every kind: records written before it existed derive it from
+#: ``backend`` (kbench.results.records.implementation_of)
+PEAK_OPTIONAL = {"implementation": str}
+RUN_OPTIONAL = {"implementation": str}
+OPTIONAL_BY_KIND = {"run": RUN_OPTIONAL, "case": CASE_OPTIONAL, "peak": PEAK_OPTIONAL}
 
 TIMING_KEYS = ("median", "min", "max", "mean", "stdev", "iqr", "n", "repeats")
 
@@ -122,6 +130,12 @@ def validate_record(record: Mapping[str, Any]) -> None:
     missing = [name for name in required if name not in record]
     if missing:
         raise RecordError(f"{kind} record is missing required field(s): {', '.join(missing)}")
+    for name, expected in OPTIONAL_BY_KIND[kind].items():
+        value = record.get(name)
+        if value is not None and not _is_instance(value, expected):
+            raise RecordError(
+                f"{kind} field {name!r} must be {_type_name(expected)} or null, "
+                f"got {type(value).__name__} {value!r}")
     if kind == "case":
         _validate_case(record)
     elif kind == "peak":
@@ -136,12 +150,6 @@ def _validate_case(record: Mapping[str, Any]) -> None:
         if (not isinstance(q, (list, tuple)) or len(q) != 2
                 or not all(isinstance(i, int) and not isinstance(i, bool) for i in q)):
             raise RecordError(f"case field 'queues'[{pos}] must be [family, index] integers, got {q!r}")
-    for name, expected in CASE_OPTIONAL.items():
-        value = record.get(name)
-        if value is not None and not _is_instance(value, expected):
-            raise RecordError(
-                f"case field {name!r} must be {_type_name(expected)} or null, "
-                f"got {type(value).__name__} {value!r}")
     for timer in ("gpu_ns", "host_ns"):
         timing = record.get(timer)
         if timing is None:
@@ -155,22 +163,6 @@ def _validate_case(record: Mapping[str, Any]) -> None:
     if record["mode"] == "bench" and record["status"] == "pass":
         if record.get("gpu_ns") is None and record.get("host_ns") is None:
             raise RecordError("a passing bench record needs 'gpu_ns' or 'host_ns' timings")
-
-
-def make_case_id(case: str, params: Mapping[str, Any]) -> str:
-    """Stable id such as ``softmax[size=4096,dtype=f32]`` (parameters in declaration order)."""
-    if not params:
-        return case
-    parts = ",".join(f"{key}={_param_text(value)}" for key, value in params.items())
-    return f"{case}[{parts}]"
-
-
-def _param_text(value: Any) -> str:
-    if isinstance(value, (list, tuple)):
-        return "x".join(_param_text(v) for v in value)
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
 
 
 def slug(text: str, max_len: int = 32) -> str:
@@ -248,12 +240,12 @@ def json_schema() -> dict[str, Any]:
         "gpu_ns": {"anyOf": [timing, {"type": "null"}]},
         "host_ns": {"anyOf": [timing, {"type": "null"}]},
     })
-    peak = kind_schema("peak", PEAK_REQUIRED)
+    peak = kind_schema("peak", PEAK_REQUIRED, PEAK_OPTIONAL)
     peak["properties"]["peak"] = {"type": "string", "pattern": "^peak\\."}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": f"https://kbench.invalid/results/schema-v{SCHEMA_VERSION}.json",
         "title": f"kbench result record, schema version {SCHEMA_VERSION} (one line of a .jsonl file)",
-        "oneOf": [kind_schema("run", RUN_REQUIRED), case, peak],
+        "oneOf": [kind_schema("run", RUN_REQUIRED, RUN_OPTIONAL), case, peak],
     }
 

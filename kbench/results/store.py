@@ -19,8 +19,9 @@ import pandas as pd
 from .provenance import make_run_id, utc_now
 from .schema import (
     CASE_REQUIRED, DEVICE_COLUMNS, PEAK_REQUIRED, PEAK_UNITS, SCHEMA_VERSION, RecordError,
-    make_case_id, to_json_value, validate_record,
+    to_json_value, validate_record,
 )
+from .records import implementation_of, make_case_id, peak_record
 
 _NONFINITE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
 
@@ -113,6 +114,8 @@ class RunWriter:
             rec.setdefault(column, self._device.get(column, ""))
         rec.setdefault("device_key", self.header["device_key"])
         rec.setdefault("backend", self.header["backend"])
+        # the one place a record gets its implementation: the run's (see collect_provenance)
+        rec.setdefault("implementation", implementation_of(self.header))
         if kind == "case":
             if "case_id" not in rec and isinstance(rec.get("case"), str) and isinstance(rec.get("params"), dict):
                 rec["case_id"] = make_case_id(rec["case"], rec["params"])
@@ -132,10 +135,7 @@ class RunWriter:
 
     def write_peak(self, name: str, value: float, unit: str | None = None, **extra: Any) -> dict[str, Any]:
         """Shortcut for a ``"kind": "peak"`` record (e.g. ``write_peak("peak.fp32_fma", 1.2e3)``)."""
-        rec = {"kind": "peak", "peak": name, "value": value, **extra}
-        if unit is not None:
-            rec["unit"] = unit
-        return self.write(rec)
+        return self.write(peak_record(name, value, unit if unit is not None else PEAK_UNITS.get(name, ""), **extra))
 
     def close(self) -> None:
         if self._fd is not None:
@@ -251,7 +251,7 @@ def flatten_record(record: Mapping[str, Any], prefix: str = "") -> dict[str, Any
 
 _BASE_COLUMNS = [c for c in dict.fromkeys(
     ["run_id", "kind", *CASE_REQUIRED, *PEAK_REQUIRED, "gpu_ns.median", "host_ns.median",
-     "bytes", "flops", "gbps", "gflops", "peak_name", "variant", "source", "source_line"]) if c != "params"]
+     "bytes", "flops", "gbps", "gflops", "peak_name", "implementation", "variant", "source", "source_line"]) if c != "params"]
 
 
 def options_label(options: Mapping[str, Any] | None) -> str:
@@ -283,11 +283,13 @@ def _load(paths: Iterable[str | Path] | str | Path) -> tuple[list[dict], list[di
             raise ResultsFormatError(f, 1, f"run_id {header['run_id']!r} was already loaded from "
                                      f"{run_files[header['run_id']]}; the same run is given twice")
         run_files[header["run_id"]] = f
-        headers.append({**header, "source": str(f)})
+        headers.append({**header, "implementation": implementation_of(header), "source": str(f)})
         variant = options_label(header.get("backend_options"))
         for rec in records:
             line = rec.pop("_line")
-            rows.append({**flatten_record(rec), "variant": variant, "source": str(f), "source_line": line})
+            # records from before the implementation field read as the run's backend stands for
+            rows.append({**flatten_record(rec), "implementation": implementation_of({**header, **rec}),
+                         "variant": variant, "source": str(f), "source_line": line})
         notes.extend(file_notes)
     return headers, rows, notes
 
