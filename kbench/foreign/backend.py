@@ -110,11 +110,33 @@ class ForeignBackend(VulkanBackend):
                            row_bytes=row_bytes(dt, scalars["n_cols"]),
                            blocks_per_row=scalars["n_cols"] // dt.block_elems, dtype_id=int(dt.value))
             scalars["dtype"] = int(dt.value)
-        local = loaded.info.local_size or (1, 1, 1)
-        scalars.update(local_size_x=local[0], local_size_y=local[1], local_size_z=local[2])
+        self._launch(loaded, buffers, scalars)
+
+    def run_custom(self, op: str, buffers: dict[str, BufferHandle], params: dict[str, Any]) -> None:
+        """Run the declared kernel of custom op ``op`` (declared under ``[op.<name>]``) on
+        ``buffers`` (its inputs and outputs by name) for case parameters ``params``."""
+        self._check_open(op)
+        if op not in self._by_op:
+            raise NotDeclaredError(f"{self.implementation} declares no kernel for {op}")
+        custom = self._set.declaration.custom_ops.get(op)
+        if custom is None:
+            raise ValueError(f"{op} is not a custom op of {self.implementation}")
+        missing = sorted(set(custom.buffers) - set(buffers))
+        if missing:
+            raise ValueError(f"{op}: buffers {', '.join(missing)} not given")
+        handles = {n: self._handle(op, n, h) for n, h in buffers.items()}
+        for n, count in {**custom.inputs, **custom.outputs}.items():
+            self._elem_range(op, n, handles[n], 0, count.int_value(params), count.text)
+        self._launch(self._by_op[op][0], handles, dict(params))
+
+    def _launch(self, loaded: LoadedKernel, buffers: dict[str, BufferHandle], scalars: dict[str, Any]) -> None:
+        """Evaluate the declaration for this call, check the grid, record the dispatch."""
         decl = loaded.decl
         where = f"{decl.where}: kernel {decl.name!r}"
         try:
+            local = (tuple(f.int_value(scalars) for f in decl.local_size) if decl.local_size is not None
+                     else tuple(loaded.info.local_size or (1, 1, 1)))
+            scalars.update(local_size_x=local[0], local_size_y=local[1], local_size_z=local[2])
             grid = tuple(g.int_value(scalars) for g in decl.grid)
             spec = tuple(c.value.int_value(scalars) if c.type != "float32" else _f32_bits(c.value(scalars))
                          for c in sorted(decl.spec_constants, key=lambda c: int(c.name)))

@@ -28,6 +28,7 @@ Schema (docs/foreign-kernels.md has the full reference and a worked example)::
     push_constants = [{ name = "size", type = "uint32", value = "size" }]
     spec_constants = [{ id = 0, type = "uint32", value = 256 }]
     grid = ["ceil_div(size, local_size_x)", 1, 1]
+    local_size = [256]            # optional: where the shader's local size is a spec constant
     covers = "size"               # optional: invocations the grid must reach
     covers_workgroups = "n_rows"  # optional: workgroups the grid must reach
 
@@ -133,6 +134,9 @@ class KernelDecl:
     #: kernels of one group form one implementation ("yule", "yule/fast"): alternatives for an op
     #: that the same file also implements go in a group of their own
     group: str = ""
+    #: the workgroup size where the shader takes it from specialization constants (reflection
+    #: then sees only the defaults); None: the shader's literal local_size
+    local_size: tuple[fx.Formula, fx.Formula, fx.Formula] | None = None
     where: str = ""  # "file:line" of its [[kernel]] header, for later errors
 
 
@@ -346,7 +350,7 @@ def _kernel(r: _Reader, i: int, raw: Any, custom: Mapping[str, CustomOp]) -> Ker
     if not isinstance(raw, dict):
         raise r.fail("must be a table", "kernel", kernel=i)
     allowed = {"name", "op", "glsl", "spirv", "dtypes", "bindings", "push_constants", "spec_constants", "grid",
-               "covers", "covers_workgroups", "defines", "target_env", "note", "group"}
+               "covers", "covers_workgroups", "defines", "target_env", "note", "group", "local_size"}
     extra = sorted(set(raw) - allowed)
     label0 = f"kernel #{i + 1}: "
     if extra:
@@ -381,6 +385,13 @@ def _kernel(r: _Reader, i: int, raw: Any, custom: Mapping[str, CustomOp]) -> Ker
         scalars |= set(QUANT_ENV_NAMES)
     elif "dtypes" in raw:
         raise r.fail("only quantized_matmul kernels take dtypes", "dtypes", kernel=i, label=label)
+    local_size = None
+    if "local_size" in raw:
+        ls = raw["local_size"]
+        if not isinstance(ls, list) or not 1 <= len(ls) <= 3:
+            raise r.fail("must list 1 to 3 formulas (x, y, z)", "local_size", kernel=i, label=label)
+        local_size = tuple(_formula(r, v, "local_size", scalars, kernel=i, label=label) for v in ls)
+        local_size += tuple(fx.parse(1) for _ in range(3 - len(local_size)))
     env_names = scalars | set(LAUNCH_NAMES)
     bindings = _bindings(r, i, label, raw, buffers, env_names, op)
     push = _consts(r, i, label, raw, "push_constants", env_names, key_field="name")
@@ -405,7 +416,7 @@ def _kernel(r: _Reader, i: int, raw: Any, custom: Mapping[str, CustomOp]) -> Ker
     return KernelDecl(name=name, op=op, path=path, is_glsl=is_glsl, bindings=bindings, push_constants=push,
                       spec_constants=spec, grid=grid, covers=covers, covers_workgroups=covers_wg, dtypes=dtypes,
                       defines={str(k): str(v) for k, v in defines.items()}, target_env=target_env,
-                      note=str(raw.get("note", "")), group=group, where=f"{r.path}:{r.lines.find('name', kernel=i)}")
+                      note=str(raw.get("note", "")), group=group, local_size=local_size, where=f"{r.path}:{r.lines.find('name', kernel=i)}")
 
 
 def _bindings(r: _Reader, i: int, label: str, raw: Mapping[str, Any], buffers: set[str], env_names: set[str],
