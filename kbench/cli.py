@@ -197,7 +197,8 @@ def _run_options(args: argparse.Namespace, mode: str):
         patterns=list(args.cases or []), out_dir=Path(args.out), timeout=args.timeout,
         expectation_files=[Path(p) for p in (args.expectations or [])],
         default_expectations=not args.no_default_expectations, max_bytes=args.max_bytes, seed=args.seed,
-        peer=getattr(args, "peer", None), peaks=not getattr(args, "no_peaks", False), policy=policy)
+        peer=getattr(args, "peer", None), peaks=not getattr(args, "no_peaks", False), policy=policy,
+        kernels=args.kernels, source=args.source)
 
 
 def cmd_run(args: argparse.Namespace, mode: str) -> int:
@@ -218,7 +219,9 @@ def _run_mode(args: argparse.Namespace, mode: str) -> int:
     try:
         options = _run_options(args, mode)
         runner = Runner(options, None)
-        if not runner.instances:
+        planned = ([i for _, insts in runner.foreign for i in insts] if runner.foreign is not None
+                   else runner.instances)
+        if not planned:
             raise UsageError(f"no case matches -k {' '.join(args.cases or [])!r} in {mode} mode "
                              f"(list them with: kbench cases --mode {mode})")
     except (ValueError, ExpectationsError) as exc:
@@ -315,6 +318,11 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="skip (as unsupported) instances needing more device memory than SIZE, e.g. 256M "
                         "(bench on CPU devices defaults to 16M)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--kernels", metavar="FILE",
+                   help="run third-party kernels declared in FILE (TOML; or a shipped set: yule) instead of "
+                        "kbench's own; see docs/foreign-kernels.md")
+    p.add_argument("--source", metavar="DIR",
+                   help="the source tree the --kernels declaration refers to (a checkout of its pinned commit)")
     p.add_argument("--quiet", action="store_true", help="no progress output, only the summary")
     p.add_argument("--verbose", "-v", action="store_true", help="print every result as it completes")
 

@@ -238,12 +238,13 @@ void main() {
 """
 
 SPIN_GLSL = """#version 450
-// Never finishes for inputs in [-1, 1]: a kernel that hangs.
+// A kernel that runs for hours: lavapipe ends any shader loop after 65535 iterations, so the
+// test's declaration launches 67M workgroups of such loops instead of one endless loop.
 layout(local_size_x = 1) in;
 layout(binding = 0) readonly buffer A { float a[]; };
 layout(binding = 1) writeonly buffer O { float o[]; };
 layout(push_constant) uniform P { uint size; };
-void main() { float v = a[0]; while (v < 2.0) { o[0] = v; v = a[0] * 0.5; } }
+void main() { float s = 0.0; for (uint i = 0u; i < 60000u; i++) { s += a[i % 3u]; } if (s == 12345.0) { o[0] = s; } }
 """
 
 Q4_0_KERNELS = """
@@ -432,3 +433,48 @@ grid = ["ceil_div(ceil_div(size, 4), 64)"]
         finally:
             be.close()
         assert [r["status"] for r in recs] == [want, want], [(r["case_id"], r["status"], r["reason"]) for r in recs]
+
+
+SPIN_KERNEL = """
+[[kernel]]
+name = "spin"
+op = "silu"
+glsl = "spin.comp"
+bindings = [
+  { binding = 0, arg = "input", type = "float32" },
+  { binding = 1, arg = "output", type = "float32" },
+]
+push_constants = [{ name = "size", type = "uint32", value = "size" }]
+grid = [65535, 1024]
+"""
+
+
+def test_runner_isolates_a_hanging_foreign_kernel_and_records_the_implementation(tree, tmp_path):
+    import json
+
+    from kbench.bench.runner import RunOptions, Runner
+
+    decl = tmp_path / "mine.toml"
+    decl.write_text(HEADER + ADD_KERNEL + SPIN_KERNEL)
+    out = tmp_path / "runs"
+    runner = Runner(RunOptions(mode="validate", kernels=decl, source=tree, patterns=["silu[size=3]", "add[size=3]"],
+                               queue_configs=["single"], timeout=8, out_dir=out))
+    result = runner.run()
+    recs = [json.loads(line) for f in result.files for line in f.read_text().splitlines()]
+    header = next(r for r in recs if r["kind"] == "run")
+    assert header["implementation"] == f"mine@{PIN[:7]}" and header["foreign"]["pinned_commit"] == PIN
+    by_id = {r["case_id"]: r for r in recs if r["kind"] == "case"}
+    assert by_id["silu[size=3]"]["status"] == "error" and "timed out" in by_id["silu[size=3]"]["reason"]
+    assert by_id["add[size=3]"]["status"] == "pass", by_id["add[size=3]"]
+    assert all(r["implementation"] == f"mine@{PIN[:7]}" for r in by_id.values())
+
+
+def test_cli_refuses_a_bad_declaration_before_opening_a_device(tree, tmp_path, capsys):
+    from kbench.cli import main
+
+    decl = tmp_path / "bad.toml"
+    decl.write_text(HEADER + ADD_KERNEL.replace('op = "add"', 'op = "nope"'))
+    rc = main(["validate", "--kernels", str(decl), "--source", str(tree), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "bad.toml:" in err and "unknown op 'nope'" in err, (rc, err)
+    assert not (tmp_path / "o").exists(), "a refused declaration still wrote results"

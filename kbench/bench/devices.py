@@ -126,8 +126,10 @@ def recorded_options(opts: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def open_target(backend: str, props: dict[str, Any], config: QueueConfig) -> Target:
-    """Open device `props` for `config`. Raises on failure (the caller records it)."""
+def open_target(backend: str, props: dict[str, Any], config: QueueConfig, *, kernel_set: Any = None,
+                group: str = "") -> Target:
+    """Open device `props` for `config`. Raises on failure (the caller records it). With
+    ``kernel_set`` (kbench.foreign.KernelSet) the backend runs that set's ``group`` of kernels."""
     index = int(props.get("index", 0))
     if config.unsupported:
         raise ValueError(f"queue configuration {config.name} is not available: {config.unsupported}")
@@ -149,7 +151,13 @@ def open_target(backend: str, props: dict[str, Any], config: QueueConfig) -> Tar
     if config.name in ("single", "async"):
         # async: one op per submission and a ring of sequences, so several are in flight at once
         extra = {"batch_ops": 1, "ring_size": len(config.lanes)} if config.name == "async" else {}
-        be = VulkanBackend(device=index, **extra, **opts)
+        if kernel_set is not None:
+            from kbench.foreign.backend import ForeignBackend
+
+            be = ForeignBackend(kernel_set, group, device=index, **extra,
+                                **{k: v for k, v in opts.items() if k != "qmatvec"})
+        else:
+            be = VulkanBackend(device=index, **extra, **opts)
         mgr = be.manager
         fam, q = mgr.queues[0]
         lanes = [Lane(backend=be, kp=kp, manager=mgr, queue_index=0, family=fam, queue=q) for _ in config.lanes]

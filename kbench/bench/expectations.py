@@ -143,7 +143,9 @@ class Summary:
     def add(self, record: dict[str, Any]) -> None:
         status = record.get("status", "error")
         self.counts[status] += 1
-        label = f"{record.get('device_name', '')} {record.get('queue_config', '')} {record.get('case_id', '')}".strip()
+        impl = record.get("implementation")
+        who = f" {impl}" if impl and impl not in ("kbench", "numpy") else ""
+        label = f"{record.get('device_name', '')}{who} {record.get('queue_config', '')} {record.get('case_id', '')}".strip()
         if status in ("fail", "error"):
             self.new_failures.append(f"{label}: {status}: {record.get('reason', '')}")
         if record.get("unexpected_pass"):

@@ -77,6 +77,10 @@ class RunOptions:
     peer: str | None = None
     peaks: bool = True
     policy: TimingPolicy | None = None
+    #: a kernel declaration file (or a shipped set's name) and the source tree it refers to: run
+    #: the declared third-party kernels instead of kbench's own (kbench.foreign)
+    kernels: str | Path | None = None
+    source: str | Path | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in ("validate", "bench"):
@@ -165,6 +169,35 @@ class Runner:
         self.files: list[Path] = []
         self.expectations = expect.load(options.expectation_files, default=options.default_expectations)
         self.instances = case_instances(options.mode, options.patterns or None)
+        #: (group, instances) per implementation of the declared kernel set; None runs kbench's kernels
+        self.kernel_set = None
+        self.foreign: list[tuple[str, list[Any]]] | None = None
+        if options.kernels is not None:
+            self._plan_foreign()
+
+    def _plan_foreign(self) -> None:
+        """Load and check the declaration (every refusal happens here, before any GPU work) and
+        pick each kernel group's cases."""
+        from kbench.cases import ALL_CASES, parse_filter
+        from kbench.foreign import declaration_path
+        from kbench.foreign.cases import cases_for
+        from kbench.foreign.kernelset import load_kernel_set
+
+        if self.o.backend != "vulkan":
+            raise ValueError("--kernels runs declared Vulkan kernels; it needs --backend vulkan")
+        ks = load_kernel_set(declaration_path(self.o.kernels), self.o.source)
+        keep = parse_filter(self.o.patterns or None)
+        self.kernel_set = ks
+        self.foreign = []
+        for group in ks.groups():
+            kernels = ks.group(group)
+            # quantized_matmul instances of weight types the group has no kernel for are not planned
+            dtypes = {d.name for k in kernels.get("quantized_matmul", ()) for d in k.decl.dtypes}
+            insts = [i for c in cases_for(ks.declaration, frozenset(kernels), ALL_CASES)
+                     for i in c.instances(self.o.mode)
+                     if keep(i.case_id) and ("dtype" not in i.params or i.case.name != "quantized_matmul"
+                                             or i.params["dtype"] in dtypes)]
+            self.foreign.append((group, insts))
 
     # -- planning ---------------------------------------------------------------------------------
     def devices(self) -> list[dict[str, Any]]:
@@ -189,6 +222,22 @@ class Runner:
         devices = self.devices()
         interrupted = False
         try:
+            for impl in (self.foreign if self.foreign is not None else [(None, self.instances)]):
+                self._run_implementation(devices, *impl)
+            if self.o.peer == "torch":
+                self._run_peer()
+        except KeyboardInterrupt:
+            interrupted = True
+        self.progress.end()
+        return RunResult(self.summary, self.files, interrupted)
+
+    def _run_implementation(self, devices: list[dict[str, Any]], group: str | None, instances: list[Any]) -> None:
+        """Every device and queue configuration for kbench's kernels (group None) or one group of
+        the declared kernel set; one result file per device."""
+        from kbench.results import RunWriter, collect_provenance
+
+        saved, self.instances = self.instances, instances
+        try:
             for props in devices:
                 configs = [c for c in configs_for(self.o.backend, props) if c.name in self._config_names()]
                 missing = [n for n in self._config_names() if n not in [c.name for c in configs]]
@@ -202,10 +251,13 @@ class Runner:
                     else:
                         available.append(c)
                 prov = collect_provenance(None if self.o.backend == "numpy" else props, self.o.backend)
-                if self.o.backend == "vulkan":
+                if self.o.backend == "vulkan" and group is None:
                     chosen = recorded_options(backend_options())
                     if chosen:
                         prov["backend_options"] = chosen
+                if group is not None:
+                    prov["implementation"] = self.kernel_set.implementation(group)
+                    prov["foreign"] = self.kernel_set.provenance(group)
                 with RunWriter(self.o.out_dir, prov) as writer:
                     self.files.append(writer.path)
                     for c in configs:
@@ -220,26 +272,27 @@ class Runner:
                                                                   and n == 0 and self.o.backend == "vulkan") else []
                         if not insts and not peak_names:
                             continue
-                        self._run_config(writer, props, c.name, insts, peak_names, peaks, self.o.backend)
-            if self.o.peer == "torch":
-                self._run_peer()
-        except KeyboardInterrupt:
-            interrupted = True
-        self.progress.end()
-        return RunResult(self.summary, self.files, interrupted)
+                        self._run_config(writer, props, c.name, insts, peak_names, peaks, self.o.backend,
+                                         group=group)
+        finally:
+            self.instances = saved
 
     def _max_bytes(self, props: dict[str, Any]) -> int | None:
         return self.o.max_bytes if self.o.max_bytes is not None else default_max_bytes(props, self.o.mode)
 
     def _run_config(self, writer: Any, props: dict[str, Any], config: str, insts: list[Any],
-                    peak_names: list[str], peaks: dict[str, float], backend: str) -> None:
-        label = f"{props.get('device_name', backend)} [{config}]"
+                    peak_names: list[str], peaks: dict[str, float], backend: str, group: str | None = None) -> None:
+        who = f" {self.kernel_set.implementation(group)}" if group is not None else ""
+        label = f"{props.get('device_name', backend)}{who} [{config}]"
         self.progress.begin(len(insts) + len(peak_names), label)
         job = {
             "backend": backend, "device": int(props.get("index", 0)), "queue_config": config,
             "mode": self.o.mode, "seed": self.o.seed, "max_bytes": self._max_bytes(props),
             "policy": None if self.o.policy is None else self.o.policy.__dict__,
         }
+        if group is not None:
+            job["kernels"] = {"declaration": str(self.kernel_set.declaration.path),
+                              "source": str(self.kernel_set.source.path), "group": group}
         by_id = {i.case_id: i for i in insts}
         driver, device = str(props.get("driver_name", "")), str(props.get("device_name", ""))
         context = {"queue_config": config, "queues": [], "mode": self.o.mode}

@@ -79,7 +79,14 @@ def run_job(job: dict[str, Any], out: TextIO) -> int:
             devices = enumerate_devices(backend)
             props = next(d for d in devices if int(d.get("index", -1)) == int(job["device"]))
             config = next(c for c in configs_for(backend, props) if c.name == job["queue_config"])
-            target = open_target(backend, props, config)
+            kernels = job.get("kernels")
+            kernel_set = None
+            if kernels:
+                from kbench.foreign.kernelset import load_kernel_set
+
+                kernel_set = load_kernel_set(kernels["declaration"], kernels["source"])
+            target = open_target(backend, props, config, kernel_set=kernel_set,
+                                 group=kernels["group"] if kernels else "")
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which records it
         emit(out, {"event": "open_failed", "reason": f"{type(exc).__name__}: {exc}"})
         return EXIT_OPEN_FAILED
@@ -87,7 +94,13 @@ def run_job(job: dict[str, Any], out: TextIO) -> int:
         if mode == "bench":
             _watch_clocks(target, backend)
         emit(out, {"event": "ready", "props": target.props, "queues": target.queues})
-        by_id = {i.case_id: i for c in ALL_CASES for i in c.instances(mode)}
+        cases = ALL_CASES
+        if kernel_set is not None:
+            from kbench.foreign.cases import cases_for
+
+            cases = tuple(cases_for(kernel_set.declaration, frozenset(kernel_set.group(job["kernels"]["group"])),
+                                    ALL_CASES))
+        by_id = {i.case_id: i for c in cases for i in c.instances(mode)}
         policy = TimingPolicy(**job["policy"]) if job.get("policy") else None
         for name in job.get("peaks", []):
             emit(out, {"event": "start", "case_id": name})
