@@ -1,4 +1,4 @@
-"""nox sessions for kbench: `nox -s tests`, `nox -s validate`, `nox -s bench`, `nox -s report`,
+"""nox sessions for kbench: `nox -s tests`, `nox -s tests-3.10`, `nox -s validate`, `nox -s bench`, `nox -s report`,
 and the Docker sessions `docker_build` / `docker_test`. Extra arguments go after `--`.
 
 `bench` is the main job: on a GPU machine it checks and times every case on every Vulkan device;
@@ -6,7 +6,10 @@ on a machine without a GPU it runs on lavapipe (Mesa's CPU Vulkan driver).
 """
 from __future__ import annotations
 
+import glob
 import os
+import shutil
+import subprocess
 
 import nox
 
@@ -21,6 +24,44 @@ def tests(session: nox.Session) -> None:
     """Unit tests (runtime, backend, cases, results, report, CI files) with Vulkan validation on."""
     session.install("-e", ".[test]")
     session.run("python", "-m", "pytest", "tests", "-q", "-rs", "--timeout=900", *session.posargs, env=TEST_ENV)
+
+
+OLDEST_PYTHON = "3.10"  # pyproject.toml's requires-python
+# What 3.10 runs: every module imported, plus the tests that need no GPU work beyond a few small
+# lavapipe dispatches (cases, results, report, CLI, expectations, quantisation, the numpy backend,
+# the Kompute-API runtime). About a quarter of the suite's time; the full suite runs under `tests`.
+OLDEST_TESTS = ["tests/test_imports.py", "tests/test_expectations.py", "tests/test_cases.py",
+                "tests/test_results_store.py", "tests/test_report.py", "tests/test_report_truth.py",
+                "tests/test_cli.py", "tests/test_quant.py", "tests/test_numpy_backend.py",
+                "tests/test_runtime_kompute.py"]
+
+
+def oldest_python() -> str | None:
+    """A working python3.10: $KBENCH_PYTHON_OLDEST, python3.10 on PATH, or a pyenv install.
+
+    Debian bookworm ships only 3.11 and `uv python install` downloads from outside the package
+    registries, so on the CI machine it is pyenv's build (the image has one under ~/.pyenv).
+    """
+    candidates = [os.environ.get("KBENCH_PYTHON_OLDEST", ""), shutil.which(f"python{OLDEST_PYTHON}") or ""]
+    for root in (os.environ.get("PYENV_ROOT", ""), os.path.expanduser("~/.pyenv"), "/root/.pyenv"):
+        if root:
+            candidates += sorted(glob.glob(f"{root}/versions/{OLDEST_PYTHON}.*/bin/python{OLDEST_PYTHON}"), reverse=True)
+    for exe in filter(None, candidates):
+        try:  # a pyenv shim exists on PATH but fails when 3.10 is not the global version
+            out = subprocess.run([exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                 capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if out.returncode == 0 and out.stdout.strip() == OLDEST_PYTHON:
+            return exe
+    return None
+
+
+@nox.session(name=f"tests-{OLDEST_PYTHON}", python=oldest_python() or OLDEST_PYTHON)
+def tests_oldest(session: nox.Session) -> None:
+    """The oldest declared Python (3.10): module imports and the CPU-side tests (OLDEST_TESTS)."""
+    session.install("-e", ".", "pytest-timeout>=2.1", "gguf>=0.10")
+    session.run("python", "-m", "pytest", *OLDEST_TESTS, "-q", "-rs", "--timeout=900", *session.posargs, env=TEST_ENV)
 
 
 @nox.session

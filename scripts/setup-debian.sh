@@ -20,5 +20,10 @@ py=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$py" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip nox
 .venv/bin/python -m pip install -q -e '.[test]'
+# The oldest declared Python (3.10) for `nox -s tests-3.10`: Debian bookworm has none and uv's
+# interpreter downloads are not reachable from CI, so nox takes python3.10 from PATH or a pyenv
+# build (the CI image has one); say so when neither is there (the session then fails with that).
+.venv/bin/python -c 'import sys; sys.path.insert(0, "."); import noxfile; sys.exit(noxfile.oldest_python() is None)' \
+  || echo "setup: no Python 3.10 found (PATH, ~/.pyenv/versions); set KBENCH_PYTHON_OLDEST to one for nox -s tests-3.10" >&2
 echo "kbench set up: $(.venv/bin/python -c 'import kbench; print(kbench.__version__)'); Vulkan devices:"
 .venv/bin/kbench devices 2>/dev/null || vulkaninfo --summary 2>/dev/null | grep -E "deviceName|driverName" || true

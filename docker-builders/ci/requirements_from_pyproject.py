@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import argparse
 import re
-import tomllib
+import sys
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10
+    import tomli as tomllib
 
 
 def _normalise(name: str) -> str:

@@ -18,7 +18,7 @@ summary lists it so the entry can be removed.
 
 from __future__ import annotations
 
-import tomllib
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from importlib import resources
@@ -27,6 +27,11 @@ from typing import Any, Iterable
 
 from kbench.cases.base import glob_match
 from kbench.results.records import case_name
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser from PyPI (declared in pyproject.toml for python<3.11)
+    import tomli as tomllib
 
 EXPECTABLE = ("fail", "error", "any")
 
