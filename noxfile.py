@@ -57,7 +57,7 @@ def oldest_python() -> str | None:
     return None
 
 
-@nox.session(name=f"tests-{OLDEST_PYTHON}", python=oldest_python() or OLDEST_PYTHON)
+@nox.session(name="tests-3.10", python=oldest_python() or OLDEST_PYTHON)
 def tests_oldest(session: nox.Session) -> None:
     """The oldest declared Python (3.10): module imports and the CPU-side tests (OLDEST_TESTS)."""
     session.install("-e", ".", "pytest-timeout>=2.1", "gguf>=0.10")
