@@ -73,16 +73,18 @@ def validate(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """The main job: correctness and benchmark suites, results written under results/."""
+    """The main job: correctness and benchmark suites, results written under runs/ (git-ignored;
+    `-- --out results/DEVICE` to add a run to the committed ones)."""
     session.install("-e", ".")
     session.run("kbench", "bench", "--validate", *session.posargs)
 
 
 @nox.session
 def report(session: nox.Session) -> None:
-    """Cross-device report from results/ into results/report/ (options: `kbench report --help`)."""
+    """Report of your runs (runs/) into runs/report/; the committed report is regenerated only when
+    named: `nox -s report -- results --out results/report` (options: `kbench report --help`)."""
     session.install("-e", ".")
-    args = session.posargs or ["results", "--out", "results/report"]
+    args = session.posargs or ["runs", "--out", "runs/report"]
     session.run("kbench", "report", *args)
 
 # ---- Docker: images and the suites inside them (docker-builders/README.md) ------------------

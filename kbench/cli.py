@@ -18,6 +18,9 @@ from typing import Any, Sequence
 
 EXIT_OK, EXIT_FAILURES, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
+#: where a user's runs go unless --out says otherwise (ignored by git; results/ holds the committed runs)
+USER_RUNS = "runs"
+
 STATUS_STYLE = {"pass": "green", "xfail": "yellow", "unsupported": "cyan", "fail": "bold red", "error": "bold magenta"}
 
 
@@ -305,7 +308,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                         "or all; default: all for validate, single for bench")
     p.add_argument("-k", "--cases", action="append", metavar="PATTERN",
                    help="run the case ids matching PATTERN (substring or glob; 'not X' or '!X' excludes); repeatable")
-    p.add_argument("--out", "-o", default="results", metavar="DIR", help="directory for the results (default results/)")
+    p.add_argument("--out", "-o", default=USER_RUNS, metavar="DIR",
+                   help=f"directory for the results (default {USER_RUNS}/, git-ignored: your runs stay apart from "
+                        "the committed results/ and its report)")
     p.add_argument("--timeout", type=positive_float, default=300.0, metavar="SECONDS",
                    help="time limit per case; a case over it is recorded as an error (default 300)")
     p.add_argument("--backend", choices=("vulkan", "numpy"), default="vulkan",

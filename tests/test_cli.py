@@ -286,3 +286,16 @@ def test_bench_run_header_records_the_kernel_options(tmp_path, monkeypatch):
     (path,) = tmp_path.glob("*.jsonl")
     header = json.loads(path.read_text().splitlines()[0])
     assert header.get("backend_options") == {"qmatvec": {"kernel": "generic"}}, header.get("backend_options")
+
+
+def test_a_users_runs_go_to_a_git_ignored_folder_of_their_own():
+    from kbench.cli import USER_RUNS, build_parser
+
+    for command in ("validate", "bench"):
+        out = build_parser().parse_args([command]).out
+        assert out == USER_RUNS == "runs", f"kbench {command} writes to {out!r} by default, expected runs/"
+    root = Path(__file__).resolve().parents[1]
+    ignored = subprocess.run(["git", "check-ignore", "-q", "runs/x.jsonl"], cwd=root)
+    assert ignored.returncode == 0, "runs/ is not ignored by git: a user's run would show as untracked"
+    committed = subprocess.run(["git", "check-ignore", "-q", "results/x.jsonl"], cwd=root)
+    assert committed.returncode == 1, "results/ must stay tracked (the committed runs)"
