@@ -2,7 +2,7 @@
 
     pytest suites/test_validate.py                       # every Vulkan device, every configuration
     pytest suites/test_validate.py --kbench-device 0 -k "softmax"
-    pytest suites/test_bench.py --kbench-cases "add[size=1048576]" --kbench-out results --benchmark-json b.json
+    pytest suites/test_bench.py --kbench-cases "add[size=1048576]" --kbench-out runs --benchmark-json b.json
 
 The tests are generated from the case declarations (kbench.cases) and run through the same
 `kbench.bench.execute.run_instance` as `kbench validate|bench`; `--kbench-out` writes every
