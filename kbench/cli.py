@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from kbench.bench.implementations import main_kinds, peer_kinds
+
 EXIT_OK, EXIT_FAILURES, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 #: where a user's runs go unless --out says otherwise (ignored by git; results/ holds the committed runs)
@@ -222,9 +224,7 @@ def _run_mode(args: argparse.Namespace, mode: str) -> int:
     try:
         options = _run_options(args, mode)
         runner = Runner(options, None)
-        planned = ([i for _, insts in runner.foreign for i in insts] if runner.foreign is not None
-                   else runner.instances)
-        if not planned:
+        if not runner.instances:
             raise UsageError(f"no case matches -k {' '.join(args.cases or [])!r} in {mode} mode "
                              f"(list them with: kbench cases --mode {mode})")
     except (ValueError, ExpectationsError) as exc:
@@ -313,7 +313,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                         "the committed results/ and its report)")
     p.add_argument("--timeout", type=positive_float, default=300.0, metavar="SECONDS",
                    help="time limit per case; a case over it is recorded as an error (default 300)")
-    p.add_argument("--backend", choices=("vulkan", "numpy"), default="vulkan",
+    p.add_argument("--backend", choices=main_kinds(), default="vulkan",
                    help="vulkan (default) or numpy (the float64 reference, for checking the suite itself)")
     p.add_argument("--expectations", action="append", metavar="FILE",
                    help="extra expectations TOML (known failures per driver and case); repeatable")
@@ -343,7 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("devices", help="list the Vulkan devices (vendor, driver, API, queue families, features)")
     p.add_argument("--device", "-d", metavar="SPEC", help="only the devices SPEC names (see validate --help)")
-    p.add_argument("--backend", choices=("vulkan", "numpy"), default="vulkan")
+    p.add_argument("--backend", choices=main_kinds(), default="vulkan")
     p.add_argument("--json", action="store_true", help="full device properties as JSON")
     p.add_argument("--all-features", action="store_true", help="list every supported feature")
 
@@ -352,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmark suite: GPU time, GB/s, GFLOP/s and fraction of measured peak")
     _add_run_options(p)
-    p.add_argument("--peer", choices=("torch",),
+    p.add_argument("--peer", choices=peer_kinds(),
                    help="also run the backend cases through a peer: torch = PyTorch on CUDA (CUDA events)")
     p.add_argument("--no-peaks", action="store_true", help="skip the peak measurements")
     p.add_argument("--validate", action="store_true",

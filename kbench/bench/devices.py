@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .queues import QueueConfig, queue_configs
 from .targets import Lane, Target
 from .timing import GpuSamples
+
+if TYPE_CHECKING:
+    from .implementations import Implementation
 
 BACKENDS = ("vulkan", "numpy")
 
@@ -217,3 +222,94 @@ def configs_for(backend: str, props: dict[str, Any]) -> list[QueueConfig]:
     if backend == "numpy":
         return [QueueConfig("single", (0,), ((0, 0, 0),))]
     return queue_configs(props)
+
+
+# -- the built-in implementations (kbench.bench.implementations) --------------------------------
+
+def vulkan_implementation() -> "Implementation":
+    """kbench's own kernels: VulkanBackend for the backend cases, kbench.runtime for the runtime
+    cases, and kbench's peak measurements."""
+    from .implementations import Implementation
+    from .peaks import PEAKS
+
+    return Implementation(
+        kind="vulkan", name="kbench", backend="vulkan",
+        description="kbench's Vulkan kernels (VulkanBackend) and the kbench.runtime Kompute API",
+        devices=lambda: enumerate_devices("vulkan"), configs=queue_configs,
+        open=lambda props, config: open_target("vulkan", props, config),
+        layers=("backend", "runtime"), peaks=tuple(p.name for p in PEAKS), measure_peak=_vulkan_peak,
+        header=_vulkan_header)
+
+
+def _vulkan_peak(target: Target, name: str) -> dict[str, Any]:
+    from .peaks import get_peak, run_peak
+
+    lane = target.lanes[0]
+    return run_peak(get_peak(name), lane.kp, lane.manager, target.props)
+
+
+def _vulkan_header() -> dict[str, Any]:
+    chosen = recorded_options(backend_options())
+    return {"backend_options": chosen} if chosen else {}
+
+
+@functools.lru_cache(maxsize=4)
+def load_foreign(declaration: str, source: str | None) -> Any:
+    """The kernel set (kbench.foreign.KernelSet) a declaration file or shipped set's name and a
+    source tree give, loaded and checked once per process."""
+    from kbench.foreign import declaration_path
+    from kbench.foreign.kernelset import load_kernel_set
+
+    return load_kernel_set(declaration_path(declaration), source)
+
+
+def foreign_implementation(declaration: str, source: str | None, group: str = "") -> "Implementation":
+    """One kernel group of a declared third-party kernel set (kbench.foreign) on the Vulkan
+    devices: kbench's backend cases whose ops the group declares, and its custom ops."""
+    from .implementations import Implementation
+    from .peaks import PEAKS
+
+    ks = load_foreign(declaration, source)
+    kernels = ks.group(group)
+    # quantized_matmul instances of weight types the group has no kernel for are not planned
+    dtypes = {d.name for k in kernels.get("quantized_matmul", ()) for d in k.decl.dtypes}
+
+    def cases() -> list[Any]:
+        from kbench.cases import ALL_CASES
+        from kbench.foreign.cases import cases_for
+
+        return cases_for(ks.declaration, frozenset(kernels), ALL_CASES)
+
+    def accepts(inst: Any) -> bool:
+        return "dtype" not in inst.params or inst.case.name != "quantized_matmul" or inst.params["dtype"] in dtypes
+
+    return Implementation(
+        kind="foreign", name=ks.implementation(group), backend="vulkan",
+        description=f"declared kernels of {ks.declaration.path}" + (f" (group {group})" if group else ""),
+        devices=lambda: enumerate_devices("vulkan"), configs=queue_configs,
+        open=lambda props, config: open_target("vulkan", props, config, kernel_set=ks, group=group),
+        layers=("backend", "runtime"), cases=cases, accepts=accepts,
+        peaks=tuple(p.name for p in PEAKS), measure_peak=_vulkan_peak,
+        header=lambda: {"foreign": ks.provenance(group)},
+        args={"declaration": declaration, "source": source, "group": group})
+
+
+def foreign_implementations(declaration: str | Path, source: str | Path | None) -> list["Implementation"]:
+    """An implementation per kernel group of a declared set (every refusal of the declaration
+    is raised here, before any GPU work)."""
+    from .implementations import resolve
+
+    ks = load_foreign(str(declaration), None if source is None else str(source))
+    args = {"declaration": str(ks.declaration.path), "source": str(ks.source.path)}
+    return [resolve("foreign", **args, group=group) for group in ks.groups()]
+
+
+def numpy_implementation() -> "Implementation":
+    """The NumPy reference backend on the host CPU (runtime cases are recorded unsupported)."""
+    from .implementations import Implementation
+
+    return Implementation(
+        kind="numpy", name="numpy", backend="numpy", description="the NumPy reference backend (host CPU)",
+        devices=lambda: enumerate_devices("numpy"), configs=lambda props: configs_for("numpy", props),
+        open=lambda props, config: open_target("numpy", props, config), layers=("backend", "runtime"),
+        describes_device=False)

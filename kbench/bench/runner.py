@@ -18,18 +18,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from kbench.cases import instances as case_instances
 from kbench.results.records import case_error, case_record
 
 from . import expectations as expect
-from .devices import backend_options, configs_for, enumerate_devices, recorded_options, select_devices
+from .devices import foreign_implementations, select_devices
 from .execute import default_max_bytes
-from .peaks import PEAKS, peak_fraction
-from .queues import QUEUE_CONFIGS
+from .implementations import Implementation, main_kinds, peer_kinds, resolve
+from .peaks import peak_fraction
+from .queues import QUEUE_CONFIGS, QueueConfig
 from .timing import TimingPolicy
 
 #: time allowed for a worker to open its device
@@ -85,12 +85,12 @@ class RunOptions:
     def __post_init__(self) -> None:
         if self.mode not in ("validate", "bench"):
             raise ValueError(f"mode must be 'validate' or 'bench', got {self.mode!r}")
-        if self.backend not in ("vulkan", "numpy"):
-            raise ValueError(f"backend must be 'vulkan' or 'numpy', got {self.backend!r}")
+        if self.backend not in main_kinds():
+            raise ValueError(f"backend must be {' or '.join(repr(k) for k in main_kinds())}, got {self.backend!r}")
         if not self.timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {self.timeout!r}")
-        if self.peer not in (None, "torch"):
-            raise ValueError(f"unknown peer {self.peer!r}; the only peer is 'torch' (PyTorch on CUDA)")
+        if self.peer is not None and self.peer not in peer_kinds():
+            raise ValueError(f"unknown peer {self.peer!r}; peers: {', '.join(peer_kinds())} (torch: PyTorch on CUDA)")
         if self.queue_configs:
             bad = [q for q in self.queue_configs if q not in QUEUE_CONFIGS]
             if bad:
@@ -168,134 +168,115 @@ class Runner:
         self.summary = expect.Summary()
         self.files: list[Path] = []
         self.expectations = expect.load(options.expectation_files, default=options.default_expectations)
-        self.instances = case_instances(options.mode, options.patterns or None)
-        #: (group, instances) per implementation of the declared kernel set; None runs kbench's kernels
-        self.kernel_set = None
-        self.foreign: list[tuple[str, list[Any]]] | None = None
         if options.kernels is not None:
-            self._plan_foreign()
+            if options.backend != "vulkan":
+                raise ValueError("--kernels runs declared Vulkan kernels; it needs --backend vulkan")
+            # one implementation per kernel group; a bad declaration is refused here, before any GPU work
+            mains = foreign_implementations(options.kernels, options.source)
+        else:
+            mains = [resolve(options.backend)]
+        #: (implementation, its planned instances): what the run is of, then its peers
+        self.plan = [(impl, impl.instances(options.mode, options.patterns)) for impl in mains]
+        self.peers = [resolve(options.peer)] if options.peer else []
+        self._by_id: dict[str, Any] = {}
 
-    def _plan_foreign(self) -> None:
-        """Load and check the declaration (every refusal happens here, before any GPU work) and
-        pick each kernel group's cases."""
-        from kbench.cases import ALL_CASES, parse_filter
-        from kbench.foreign import declaration_path
-        from kbench.foreign.cases import cases_for
-        from kbench.foreign.kernelset import load_kernel_set
-
-        if self.o.backend != "vulkan":
-            raise ValueError("--kernels runs declared Vulkan kernels; it needs --backend vulkan")
-        ks = load_kernel_set(declaration_path(self.o.kernels), self.o.source)
-        keep = parse_filter(self.o.patterns or None)
-        self.kernel_set = ks
-        self.foreign = []
-        for group in ks.groups():
-            kernels = ks.group(group)
-            # quantized_matmul instances of weight types the group has no kernel for are not planned
-            dtypes = {d.name for k in kernels.get("quantized_matmul", ()) for d in k.decl.dtypes}
-            insts = [i for c in cases_for(ks.declaration, frozenset(kernels), ALL_CASES)
-                     for i in c.instances(self.o.mode)
-                     if keep(i.case_id) and ("dtype" not in i.params or i.case.name != "quantized_matmul"
-                                             or i.params["dtype"] in dtypes)]
-            self.foreign.append((group, insts))
+    @property
+    def instances(self) -> list[Any]:
+        """Every planned instance of the implementations the run is of."""
+        return [i for _, insts in self.plan for i in insts]
 
     # -- planning ---------------------------------------------------------------------------------
     def devices(self) -> list[dict[str, Any]]:
-        return select_devices(enumerate_devices(self.o.backend), self.o.devices)
+        return select_devices(self.plan[0][0].devices(), self.o.devices)
 
     def _config_names(self) -> list[str]:
         if self.o.queue_configs:
             return list(self.o.queue_configs)
         return list(QUEUE_CONFIGS) if self.o.mode == "validate" else ["single"]
 
-    def _instances_for(self, config: str) -> list[Any]:
+    @staticmethod
+    def _instances_for(config: str, insts: list[Any]) -> list[Any]:
         # backend cases run on the backend's own queue: they are generated for "single" and
         # "async"; the multi-queue configurations split the runtime cases across queues
         if config in ("multi_queue", "multi_family"):
-            return [i for i in self.instances if i.case.layer == "runtime"]
-        return list(self.instances)
+            return [i for i in insts if i.case.layer == "runtime"]
+        return list(insts)
 
     # -- running ----------------------------------------------------------------------------------
     def run(self) -> RunResult:
-        from kbench.results import RunWriter, collect_provenance
-
-        devices = self.devices()
         interrupted = False
         try:
-            for impl in (self.foreign if self.foreign is not None else [(None, self.instances)]):
-                self._run_implementation(devices, *impl)
-            if self.o.peer == "torch":
-                self._run_peer()
+            devices = self.devices()
+            for impl, insts in self.plan:
+                for props in devices:
+                    self._run_device(impl, props, insts)
+            for peer in self.peers:
+                self._run_peer(peer)
         except KeyboardInterrupt:
             interrupted = True
         self.progress.end()
         return RunResult(self.summary, self.files, interrupted)
 
-    def _run_implementation(self, devices: list[dict[str, Any]], group: str | None, instances: list[Any]) -> None:
-        """Every device and queue configuration for kbench's kernels (group None) or one group of
-        the declared kernel set; one result file per device."""
-        from kbench.results import RunWriter, collect_provenance
+    def _provenance(self, impl: Implementation, props: dict[str, Any] | None) -> dict[str, Any]:
+        """The run header of one device's run file (kbench.results.collect_provenance)."""
+        from kbench.results import collect_provenance
 
-        saved, self.instances = self.instances, instances
-        try:
-            for props in devices:
-                configs = [c for c in configs_for(self.o.backend, props) if c.name in self._config_names()]
-                missing = [n for n in self._config_names() if n not in [c.name for c in configs]]
-                for n in (missing if self.o.queue_configs else []):
-                    self.progress.note(f"{props.get('device_name')}: queue configuration {n} not available for the {self.o.backend} backend")
-                available = []
-                for c in configs:
-                    if c.unsupported:
-                        self.progress.note(f"{props.get('device_name')}: {c.name} not available: {c.unsupported}")
-                        self.summary.notes.append(f"{props.get('device_name')}: {c.name} not generated: {c.unsupported}")
-                    else:
-                        available.append(c)
-                prov = collect_provenance(None if self.o.backend == "numpy" else props, self.o.backend)
-                if self.o.backend == "vulkan" and group is None:
-                    chosen = recorded_options(backend_options())
-                    if chosen:
-                        prov["backend_options"] = chosen
-                if group is not None:
-                    prov["implementation"] = self.kernel_set.implementation(group)
-                    prov["foreign"] = self.kernel_set.provenance(group)
-                with RunWriter(self.o.out_dir, prov) as writer:
-                    self.files.append(writer.path)
-                    for c in configs:
-                        if c.unsupported:  # kept in the results, so a report shows what was not run
-                            writer.write(case_record("queue_config", {"name": c.name}, mode=self.o.mode,
-                                                     status="unsupported", reason=c.unsupported,
-                                                     queue_config=c.name, queues=[], layer="runner"))
-                    peaks: dict[str, float] = {}
-                    for n, c in enumerate(available):
-                        insts = self._instances_for(c.name)
-                        peak_names = [p.name for p in PEAKS] if (self.o.mode == "bench" and self.o.peaks
-                                                                  and n == 0 and self.o.backend == "vulkan") else []
-                        if not insts and not peak_names:
-                            continue
-                        self._run_config(writer, props, c.name, insts, peak_names, peaks, self.o.backend,
-                                         group=group)
-        finally:
-            self.instances = saved
+        prov = collect_provenance(props if impl.describes_device else None, impl.backend, impl.name)
+        prov.update(impl.header())
+        return prov
+
+    def _run_device(self, impl: Implementation, props: dict[str, Any], insts: list[Any]) -> None:
+        """One run file: every available queue configuration of one device of `impl`."""
+        from kbench.results import RunWriter
+
+        names = self._config_names() if not impl.peer else ["single"]
+        configs = [c for c in impl.configs(props) if c.name in names]
+        missing = [n for n in names if n not in [c.name for c in configs]]
+        for n in (missing if self.o.queue_configs and not impl.peer else []):
+            self.progress.note(f"{props.get('device_name')}: queue configuration {n} not available for the {impl.backend} backend")
+        available = []
+        for c in configs:
+            if c.unsupported:
+                self.progress.note(f"{props.get('device_name')}: {c.name} not available: {c.unsupported}")
+                self.summary.notes.append(f"{props.get('device_name')}: {c.name} not generated: {c.unsupported}")
+            else:
+                available.append(c)
+        with RunWriter(self.o.out_dir, self._provenance(impl, props)) as writer:
+            self.files.append(writer.path)
+            for c in configs:
+                if c.unsupported:  # kept in the results, so a report shows what was not run
+                    writer.write(case_record("queue_config", {"name": c.name}, mode=self.o.mode,
+                                             status="unsupported", reason=c.unsupported,
+                                             queue_config=c.name, queues=[], layer="runner"))
+            peaks: dict[str, float] = {}
+            for n, c in enumerate(available):
+                chosen = self._instances_for(c.name, insts)
+                # peaks once per device, in its first configuration
+                peak_names = list(impl.peaks) if (self.o.mode == "bench" and self.o.peaks and n == 0) else []
+                if not chosen and not peak_names:
+                    continue
+                self._run_config(writer, impl, props, c, chosen, peak_names, peaks)
 
     def _max_bytes(self, props: dict[str, Any]) -> int | None:
         return self.o.max_bytes if self.o.max_bytes is not None else default_max_bytes(props, self.o.mode)
 
-    def _run_config(self, writer: Any, props: dict[str, Any], config: str, insts: list[Any],
-                    peak_names: list[str], peaks: dict[str, float], backend: str, group: str | None = None) -> None:
-        who = f" {self.kernel_set.implementation(group)}" if group is not None else ""
-        label = f"{props.get('device_name', backend)}{who} [{config}]"
+    def _run_config(self, writer: Any, impl: Implementation, props: dict[str, Any], config: QueueConfig,
+                    insts: list[Any], peak_names: list[str], peaks: dict[str, float]) -> None:
+        who = f" {impl.label}" if impl.label else ""
+        label = f"{props.get('device_name', impl.backend)}{who} [{config.name}]"
         self.progress.begin(len(insts) + len(peak_names), label)
+        # the worker gets what was resolved here: the implementation, the device's properties,
+        # the configuration and each instance's case and parameters (literal_eval keeps tuples)
         job = {
-            "backend": backend, "device": int(props.get("index", 0)), "queue_config": config,
+            "implementation": impl.job(), "props": props, "queue_config": asdict(config),
             "mode": self.o.mode, "seed": self.o.seed, "max_bytes": self._max_bytes(props),
             "policy": None if self.o.policy is None else self.o.policy.__dict__,
+            "cases": {i.case_id: [i.case.name, repr(dict(i.params))] for i in insts},
         }
-        if group is not None:
-            job["kernels"] = {"declaration": str(self.kernel_set.declaration.path),
-                              "source": str(self.kernel_set.source.path), "group": group}
         by_id = {i.case_id: i for i in insts}
+        self._by_id = by_id
         driver, device = str(props.get("driver_name", "")), str(props.get("device_name", ""))
-        context = {"queue_config": config, "queues": [], "mode": self.o.mode}
+        context = {"queue_config": config.name, "queues": [], "mode": self.o.mode}
 
         def on_record(rec: dict[str, Any]) -> None:
             if rec.get("kind") == "peak":
@@ -337,7 +318,7 @@ class Runner:
             return writer.write(fixed)
 
     def _error_record(self, cid: str, reason: str) -> dict[str, Any]:
-        inst = next((i for i in self.instances if i.case_id == cid), None)
+        inst = self._by_id.get(cid)
         return case_error(cid, self.o.mode, reason, params=dict(inst.params) if inst else {},
                           layer=inst.case.layer if inst else "peak")
 
@@ -347,6 +328,7 @@ class Runner:
         while remaining:
             sub = dict(job, peaks=[i for i in remaining if i in peak_ids],
                        case_ids=[i for i in remaining if i not in peak_ids])
+            sub["cases"] = {i: job["cases"][i] for i in sub["case_ids"]}
             done = self._one_worker(sub, remaining, on_record, on_ready)
             if done:
                 return
@@ -366,7 +348,7 @@ class Runner:
         results = 0
         try:
             assert proc.stdin is not None
-            proc.stdin.write(json.dumps(job).encode())
+            proc.stdin.write(json.dumps(job, default=str).encode())
             proc.stdin.close()
             deadline = time.monotonic() + max(OPEN_TIMEOUT_S, self.o.timeout)
             while True:
@@ -453,37 +435,37 @@ class Runner:
         except subprocess.TimeoutExpired:
             pass
 
-    # -- the CUDA peer ------------------------------------------------------------------------------
-    def _run_peer(self) -> None:
-        from kbench.results import RunWriter, collect_provenance
-
-        from .peer_torch import PEER_NAME, PEER_PEAKS, availability, peer_properties
-
-        ok, why = availability()
-        insts = [i for i in self.instances if i.case.layer == "backend"]
-        props = peer_properties() if ok else None
-        prov = collect_provenance(props, PEER_NAME)
-        with RunWriter(self.o.out_dir, prov) as writer:
-            self.files.append(writer.path)
-            if not ok:
-                self.progress.note(f"peer {PEER_NAME} unavailable: {why}")
-                self.summary.notes.append(f"peer {PEER_NAME} unavailable: {why}")
-                self.progress.begin(len(insts), f"{PEER_NAME} (unavailable)")
-                for inst in insts:
-                    rec = case_record(inst.case.name, inst.params, case_id=inst.case_id, mode=self.o.mode,
-                                      status="unsupported", reason=f"peer {PEER_NAME} unavailable: {why}",
-                                      queue_config="single", queues=[], layer="backend", peer=True)
-                    rec = writer.write(rec)
-                    self.summary.add(rec)
-                    self.progress.advance(rec)
-                return
-            saved = self.instances
-            self.instances = insts
+    # -- peers ------------------------------------------------------------------------------------
+    def _run_peer(self, peer: Implementation) -> None:
+        """A peer on each of its devices; where it cannot run, one run file saying why, with its
+        cases recorded unsupported."""
+        ok, why = peer.availability()
+        devices: list[dict[str, Any]] = []
+        if ok:
             try:
-                peak_names = list(PEER_PEAKS) if self.o.mode == "bench" and self.o.peaks else []
-                self._run_config(writer, props or {}, "single", insts, peak_names, {}, PEER_NAME)
-            finally:
-                self.instances = saved
+                devices = peer.devices()
+            except Exception as exc:  # noqa: BLE001 - recorded as the reason, the run goes on
+                ok, why = False, f"{type(exc).__name__}: {exc}"
+        insts = peer.instances(self.o.mode, self.o.patterns)
+        if ok and devices:
+            for props in devices:
+                self._run_device(peer, props, insts)
+            return
+        from kbench.results import RunWriter
+
+        why = why or "no device"
+        with RunWriter(self.o.out_dir, self._provenance(peer, None)) as writer:
+            self.files.append(writer.path)
+            self.progress.note(f"peer {peer.name} unavailable: {why}")
+            self.summary.notes.append(f"peer {peer.name} unavailable: {why}")
+            self.progress.begin(len(insts), f"{peer.name} (unavailable)")
+            for inst in insts:
+                rec = case_record(inst.case.name, inst.params, case_id=inst.case_id, mode=self.o.mode,
+                                  status="unsupported", reason=f"peer {peer.name} unavailable: {why}",
+                                  queue_config="single", queues=[], layer=inst.case.layer, peer=True)
+                rec = writer.write(rec)
+                self.summary.add(rec)
+                self.progress.advance(rec)
 
 
 def run(options: RunOptions, progress: Progress | None = None) -> RunResult:

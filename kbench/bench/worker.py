@@ -60,60 +60,36 @@ def emit(stream: TextIO, event: dict[str, Any]) -> None:
 
 
 def run_job(job: dict[str, Any], out: TextIO) -> int:
-    """Run `job` (see kbench.bench.runner.make_job), emitting events to `out`; returns exit code."""
-    from kbench.cases import ALL_CASES
+    """Run `job` (made by kbench.bench.runner.Runner._run_config), emitting events to `out`;
+    returns the exit code."""
     from kbench.results.records import case_error
 
-    from .devices import configs_for, enumerate_devices, open_target
     from .execute import run_instance
-    from .peaks import get_peak, run_peak
+    from .implementations import from_job
+    from .queues import QueueConfig
     from .timing import TimingPolicy
 
-    backend, mode = job["backend"], job["mode"]
+    mode = job["mode"]
     try:
-        if backend == "torch-cuda":
-            from .peer_torch import open_peer_target
-
-            target = open_peer_target()
-        else:
-            devices = enumerate_devices(backend)
-            props = next(d for d in devices if int(d.get("index", -1)) == int(job["device"]))
-            config = next(c for c in configs_for(backend, props) if c.name == job["queue_config"])
-            kernels = job.get("kernels")
-            kernel_set = None
-            if kernels:
-                from kbench.foreign.kernelset import load_kernel_set
-
-                kernel_set = load_kernel_set(kernels["declaration"], kernels["source"])
-            target = open_target(backend, props, config, kernel_set=kernel_set,
-                                 group=kernels["group"] if kernels else "")
+        impl = from_job(job["implementation"])
+        raw = job["queue_config"]
+        config = QueueConfig(raw["name"], tuple(raw["family_queue_indices"]),
+                             tuple(tuple(lane) for lane in raw["lanes"]), raw.get("unsupported", ""))
+        target = impl.open(job["props"], config)
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which records it
         emit(out, {"event": "open_failed", "reason": f"{type(exc).__name__}: {exc}"})
         return EXIT_OPEN_FAILED
     try:
         if mode == "bench":
-            _watch_clocks(target, backend)
+            _watch_clocks(target, impl.backend)
         emit(out, {"event": "ready", "props": target.props, "queues": target.queues})
-        cases = ALL_CASES
-        if kernel_set is not None:
-            from kbench.foreign.cases import cases_for
-
-            cases = tuple(cases_for(kernel_set.declaration, frozenset(kernel_set.group(job["kernels"]["group"])),
-                                    ALL_CASES))
-        by_id = {i.case_id: i for c in cases for i in c.instances(mode)}
         policy = TimingPolicy(**job["policy"]) if job.get("policy") else None
         for name in job.get("peaks", []):
             emit(out, {"event": "start", "case_id": name})
-            lane = target.lanes[0]
             if target.keeper is not None:
                 target.keeper.pause()
             try:
-                if backend == "torch-cuda":
-                    from .peer_torch import run_peer_peak
-
-                    rec = run_peer_peak(name)
-                else:
-                    rec = run_peak(get_peak(name), lane.kp, lane.manager, target.props)
+                rec = impl.measure_peak(target, name)
             finally:
                 if target.keeper is not None:
                     target.keeper.resume()
@@ -121,7 +97,7 @@ def run_job(job: dict[str, Any], out: TextIO) -> int:
         for cid in job["case_ids"]:
             emit(out, {"event": "start", "case_id": cid})
             _inject_fault(cid)
-            inst = by_id.get(cid)
+            inst = _instance(impl, cid, job["cases"].get(cid))
             if inst is None:
                 rec = case_error(cid, mode, f"unknown case id {cid!r} for mode {mode}",
                                  queue_config=target.queue_config, queues=target.queues)
@@ -135,6 +111,23 @@ def run_job(job: dict[str, Any], out: TextIO) -> int:
         return 0
     finally:
         target.close()
+
+
+def _instance(impl: Any, case_id: str, resolved: list[str] | None) -> Any:
+    """The Instance the runner resolved as [case name, repr of its params] among `impl`'s cases,
+    or None when the case is unknown here or its id does not come out the same."""
+    import ast
+
+    from kbench.cases import Instance
+
+    case = impl.case(resolved[0]) if resolved else None
+    if case is None:
+        return None
+    try:
+        inst = Instance(case, ast.literal_eval(resolved[1]))
+    except (ValueError, SyntaxError):
+        return None
+    return inst if inst.case_id == case_id else None
 
 
 #: set to 0 to run without the ClockKeeper (the GPU then idles between measurements)
