@@ -203,7 +203,7 @@ def _run_options(args: argparse.Namespace, mode: str):
         expectation_files=[Path(p) for p in (args.expectations or [])],
         default_expectations=not args.no_default_expectations, max_bytes=args.max_bytes, seed=args.seed,
         peer=getattr(args, "peer", None), peaks=not getattr(args, "no_peaks", False), policy=policy,
-        kernels=args.kernels, source=args.source)
+        kernels=args.kernels, source=args.source, ggml_bin=getattr(args, "ggml_bin", None))
 
 
 def cmd_run(args: argparse.Namespace, mode: str) -> int:
@@ -332,6 +332,15 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verbose", "-v", action="store_true", help="print every result as it completes")
 
 
+def _add_peer_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--peer", choices=peer_kinds(),
+                   help="also run the backend cases through a peer: torch = PyTorch on CUDA (CUDA events); "
+                        "ggml = ggml's Vulkan backend through its test-backend-ops (perf over kbench's bench "
+                        "shapes; in validate, ggml's own test mode for the same op types)")
+    p.add_argument("--ggml-bin", metavar="PATH",
+                   help="ggml's test-backend-ops binary for --peer ggml (default $KBENCH_GGML_BIN, then PATH)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from kbench import __version__
 
@@ -349,11 +358,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="correctness suite: every case against its float64 reference")
     _add_run_options(p)
+    _add_peer_options(p)
 
     p = sub.add_parser("bench", help="benchmark suite: GPU time, GB/s, GFLOP/s and fraction of measured peak")
     _add_run_options(p)
-    p.add_argument("--peer", choices=peer_kinds(),
-                   help="also run the backend cases through a peer: torch = PyTorch on CUDA (CUDA events)")
+    _add_peer_options(p)
     p.add_argument("--no-peaks", action="store_true", help="skip the peak measurements")
     p.add_argument("--validate", action="store_true",
                    help="run the correctness suite (kbench validate, same options) first: the whole main job")

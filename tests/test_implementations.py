@@ -14,13 +14,13 @@ from kbench.bench.runner import RunOptions, Runner
 
 
 def test_the_built_in_implementations_name_their_records():
-    names = {kind: (resolve(kind).name, resolve(kind).backend) for kind in ("vulkan", "numpy", "torch")}
+    names = {kind: (resolve(kind).name, resolve(kind).backend) for kind in ("vulkan", "numpy", "torch", "ggml")}
     assert names == {"vulkan": ("kbench", "vulkan"), "numpy": ("numpy", "numpy"),
-                     "torch": ("torch-cuda", "torch-cuda")}
-    assert main_kinds() == ("vulkan", "numpy") and peer_kinds() == ("torch",)
-    assert resolve("torch").peer and not resolve("vulkan").peer
-    with pytest.raises(ValueError, match="unknown implementation 'ggml'; known: vulkan, numpy, torch"):
-        resolve("ggml")
+                     "torch": ("torch-cuda", "torch-cuda"), "ggml": ("ggml-vulkan", "ggml-vulkan")}
+    assert main_kinds() == ("vulkan", "numpy") and peer_kinds() == ("torch", "ggml")
+    assert resolve("torch").peer and resolve("ggml").peer and not resolve("vulkan").peer
+    with pytest.raises(ValueError, match="unknown implementation 'nope'; known: vulkan, numpy, torch, foreign, ggml"):
+        resolve("nope")
 
 
 STUB = '''

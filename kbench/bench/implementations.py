@@ -78,6 +78,11 @@ class Implementation:
     #: set's provenance as ``foreign``
     header: Callable[[], dict[str, Any]] = _none
     args: Mapping[str, Any] = field(default_factory=dict)
+    #: an implementation that is an external program rather than a backend kbench opens (ggml's
+    #: test-backend-ops): ``drive(mode, instances, device props, timeout)`` runs it and returns
+    #: (the implementation name it reported, e.g. with its commit, and its case records); it
+    #: raises RuntimeError when the program cannot run at all
+    drive: Callable[[str, list[Any], dict[str, Any] | None, float], tuple[str, list[dict[str, Any]]]] | None = None
 
     def instances(self, mode: str, patterns: Sequence[str] | None = None) -> list[Any]:
         """The case instances this implementation runs in ``mode`` whose ids match ``patterns``."""
@@ -109,9 +114,10 @@ _KINDS: dict[str, str] = {
     "numpy": "kbench.bench.devices:numpy_implementation",
     "torch": "kbench.bench.peer_torch:implementation",
     "foreign": "kbench.bench.devices:foreign_implementation",
+    "ggml": "kbench.bench.peer_ggml:implementation",
 }
 #: the words that are peers (``--peer``); the others are what a run is of (``--backend``)
-_PEERS: set[str] = {"torch"}
+_PEERS: set[str] = {"torch", "ggml"}
 
 
 def register(kind: str, builder: str, *, peer: bool = False) -> None:

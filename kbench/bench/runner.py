@@ -81,6 +81,8 @@ class RunOptions:
     #: the declared third-party kernels instead of kbench's own (kbench.foreign)
     kernels: str | Path | None = None
     source: str | Path | None = None
+    #: the ggml peer's test-backend-ops binary (default: $KBENCH_GGML_BIN, then PATH)
+    ggml_bin: str | Path | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in ("validate", "bench"):
@@ -177,7 +179,8 @@ class Runner:
             mains = [resolve(options.backend)]
         #: (implementation, its planned instances): what the run is of, then its peers
         self.plan = [(impl, impl.instances(options.mode, options.patterns)) for impl in mains]
-        self.peers = [resolve(options.peer)] if options.peer else []
+        peer_args = {"binary": str(options.ggml_bin)} if options.peer == "ggml" and options.ggml_bin else {}
+        self.peers = [resolve(options.peer, **peer_args)] if options.peer else []
         self._by_id: dict[str, Any] = {}
 
     @property
@@ -447,7 +450,13 @@ class Runner:
             except Exception as exc:  # noqa: BLE001 - recorded as the reason, the run goes on
                 ok, why = False, f"{type(exc).__name__}: {exc}"
         insts = peer.instances(self.o.mode, self.o.patterns)
-        if ok and devices:
+        if ok and peer.drive is not None:
+            try:
+                self._run_external(peer, insts)
+                return
+            except RuntimeError as exc:
+                ok, why = False, str(exc)
+        elif ok and devices:
             for props in devices:
                 self._run_device(peer, props, insts)
             return
@@ -464,6 +473,25 @@ class Runner:
                                   status="unsupported", reason=f"peer {peer.name} unavailable: {why}",
                                   queue_config="single", queues=[], layer=inst.case.layer, peer=True)
                 rec = writer.write(rec)
+                self.summary.add(rec)
+                self.progress.advance(rec)
+
+    def _run_external(self, peer: Implementation, insts: list[Any]) -> None:
+        """A peer that is its own program (``Implementation.drive``), on the run's first device."""
+        from kbench.results import RunWriter, collect_provenance
+
+        devices = self.devices()
+        props = devices[0] if devices else None
+        self.progress.begin(len(insts), peer.name)
+        name, records = peer.drive(self.o.mode, insts, props, self.o.timeout)
+        prov = collect_provenance(props, peer.backend, name)
+        prov.update(peer.header())
+        with RunWriter(self.o.out_dir, prov) as writer:
+            self.files.append(writer.path)
+            if self.o.mode == "validate" and records:
+                self.progress.begin(len(records), f"{name} (its own test mode)")
+            for rec in records:
+                rec = self._write(writer, rec)
                 self.summary.add(rec)
                 self.progress.advance(rec)
 

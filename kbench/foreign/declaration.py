@@ -5,7 +5,7 @@ Schema (docs/foreign-kernels.md has the full reference and a worked example)::
     [source]                      # the third-party tree, never copied into kbench
     name = "yule"                 # implementation name in records: "<name>@<commit[:7]>"
     repository = "https://github.com/..."
-    commit = "<40 hex>"           # the pinned commit a user clones
+    commit = "<40 hex>"           # the pinned commit a user clones ("local": your own, unpinned)
     license = "Apache-2.0"
     root = "yule-gpu/shaders"     # optional: kernel paths are relative to <--source>/<root>
 
@@ -62,6 +62,11 @@ ELEMENT_TYPES = ("float32", "float16", "uint32", "int32", "uint16", "int16", "ui
 SCALAR_TYPES = {"uint32": ("<u4", "u"), "int32": ("<i4", "i"), "float32": ("<f4", "f")}
 #: names every formula may use besides the op's own
 LAUNCH_NAMES = ("local_size_x", "local_size_y", "local_size_z")
+
+
+#: ``commit = "local"``: kernels of the user's own, not pinned; the run records the tree's git
+#: HEAD where it has one
+LOCAL = "local"
 
 
 class DeclarationError(ValueError):
@@ -264,8 +269,9 @@ def _source(r: _Reader, raw: Any) -> Source:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise r.fail(f"must be a short identifier (letters, digits, _ . -), got {name!r}", "name", table="source")
     commit = _need(r, raw, "commit", str, tname="source")
-    if not re.fullmatch(r"[0-9a-f]{40}", commit):
-        raise r.fail(f"must be a full 40-hex-digit commit, got {commit!r}", "commit", table="source")
+    if commit != LOCAL and not re.fullmatch(r"[0-9a-f]{40}", commit):
+        raise r.fail(f"must be a full 40-hex-digit commit (or \"{LOCAL}\" for kernels of your own that are not "
+                     f"pinned), got {commit!r}", "commit", table="source")
     root = raw.get("root", "")
     if not isinstance(root, str) or Path(root).is_absolute() or ".." in Path(root).parts:
         raise r.fail(f"must be a relative path inside the source tree, got {root!r}", "root", table="source")

@@ -23,7 +23,7 @@ from kbench.runtime import compile_source
 from kbench.runtime.errors import ShaderCompileError
 from kbench.runtime.spirv import ShaderInfo, reflect
 
-from .declaration import SCALAR_TYPES, Declaration, DeclarationError, KernelDecl, load
+from .declaration import LOCAL, SCALAR_TYPES, Declaration, DeclarationError, KernelDecl, load
 from .ops import BACKEND_OP_ARGS
 
 #: buffer arguments a kernel writes (a shader that declares them readonly cannot be right)
@@ -105,7 +105,10 @@ def find_commit(tree: Path) -> str | None:
 
 
 def resolve_source(decl: Declaration, source: str | Path | None) -> SourceTree:
-    """The source tree for ``decl``: ``source`` (a checkout or snapshot of the declared repository)."""
+    """The source tree for ``decl``: ``source`` (a checkout or snapshot of the declared repository;
+    for ``commit = "local"`` declarations, default: the declaration's own folder)."""
+    if source is None and decl.source.commit == LOCAL:
+        source = decl.path.parent
     if source is None:
         raise DeclarationError(
             f"{decl.path}: kernels of {decl.source.name} need their source tree: pass --source DIR, a clone of "
@@ -115,6 +118,8 @@ def resolve_source(decl: Declaration, source: str | Path | None) -> SourceTree:
     if not root.is_dir():
         raise DeclarationError(f"--source {root}: no such directory")
     commit = find_commit(root)
+    if decl.source.commit == LOCAL:
+        return SourceTree(root, commit or LOCAL, commit is not None)
     if commit is not None and commit != decl.source.commit:
         raise DeclarationError(
             f"--source {root} is at commit {commit}, but {decl.path} is pinned to {decl.source.commit}: check out "

@@ -61,6 +61,19 @@ def device_labels(df: pd.DataFrame) -> dict[tuple[str, str], str]:
     return {k: (f"{v} {{{k[0]}}}" if counts[v] > 1 else v) for k, v in labels.items()}
 
 
+def implementation_axis(df: pd.DataFrame) -> pd.Series:
+    """The column a record's figures go under besides its device: its backend for kbench's own
+    kernels, NumPy and the PyTorch peer, and the implementation (``yule@1ef0762``,
+    ``ggml-vulkan@d99724f``) for kernels kbench did not write, so that those get columns
+    of their own beside kbench's on the same device instead of replacing its rows."""
+    from kbench.results.records import IMPLEMENTATION_OF_BACKEND
+
+    backend = column(df, "backend").map(_text)
+    impl = column(df, "implementation").map(_text)
+    own = [i in ("", IMPLEMENTATION_OF_BACKEND.get(b, b)) for b, i in zip(backend, impl)]
+    return pd.Series([b if o else i for b, i, o in zip(backend, impl, own)], index=df.index, dtype=object)
+
+
 def prepare(df: pd.DataFrame) -> pd.DataFrame:
     """Copy of ``df`` with derived columns: device, time_ns, timer, gbps_calc, gflops_calc,
     rel_spread, row (case_id plus the queue configuration when it is not "single", plus the
@@ -71,6 +84,7 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
             out[name] = pd.Series(dtype=object)
         return out
     out["variant"] = column(out, "variant").map(_text)
+    out["backend"] = implementation_axis(out)
     labels = device_labels(out)
     out["device"] = [labels[(k, b)] for k, b in zip(out["device_key"], out["backend"])]
     gpu = numeric(out, "gpu_ns.median")
