@@ -6,6 +6,9 @@
 # extra: kernel probes (variants, fp16 matrix-vector peer), queue configurations, validate, runtime tests.
 # packed: quantized_matmul on repacked weights (layout=packed): its tests, the probe's variants beside the
 #         automatic kernel, and the bench's Q4_0/Q8_0/Q6_K cases with it, peer in the same run.
+# foreign: third-party kernels (issue 18): Yule's declared shaders through validate and bench, and kbench's own
+#          kernels beside ggml's Vulkan backend (--peer ggml) on the same shapes; carry also
+#          ["third_party/yule", "third_party/ggml-bin"] (scripts/build-ggml-peer.sh; the binary may be xz'd).
 # Writes result runs and logs under $OUT (at most 8 files come back).
 set -u
 source .gl/device-env.sh
@@ -32,6 +35,30 @@ if [ "$what" = bench ]; then
   tail -14 "$out/probe_transfer.log"
   KBENCH_VALIDATION=0 timeout ${TESTS_S:-60} python3 -m pytest tests/test_runtime_transfer.py -q -p no:cacheprovider > "$out/tests.log" 2>&1
   tail -2 "$out/tests.log"
+elif [ "$what" = foreign ]; then
+  mkdir -p "$out/f"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1
+  bin=third_party/ggml-bin/test-backend-ops
+  [ -f "$bin.xz" ] && [ ! -f "$bin" ] && xz -dk "$bin.xz" && chmod +x "$bin"
+  # the binary was built on Debian bookworm: where this machine's libstdc++/libgomp are older, use the carried ones
+  "$bin" --list-ops > /dev/null 2>&1 || export LD_LIBRARY_PATH=$PWD/third_party/ggml-bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  "$bin" --list-ops > /dev/null 2>&1 || echo "ggml binary does not run here: $("$bin" --list-ops 2>&1 | tail -2)"
+  timeout ${VALIDATE_S:-120} python3 -m kbench validate --kernels yule --source third_party/yule -q single --quiet \
+    --out "$out/f" > "$out/yule-validate.log" 2>&1
+  tail -20 "$out/yule-validate.log"
+  k=()
+  for c in add element_mul; do k+=(-k "$c[size=16777216]" -k "$c[size=268435456]"); done
+  for c in softmax rms_norm; do k+=(-k "$c[size=16777216,"); done
+  for d in Q4_0 Q8_0 Q4_K Q6_K F16; do k+=(-k "rotate_mib=256,dtype=$d]"); done
+  timeout ${BENCH_S:-260} python3 -m kbench bench --peer ggml --ggml-bin "$bin" --quiet --out "$out/f" "${k[@]}" \
+    > "$out/ggml-bench.log" 2>&1
+  tail -6 "$out/ggml-bench.log"
+  timeout ${YULE_S:-200} python3 -m kbench bench --kernels yule --source third_party/yule --quiet --timeout 60 \
+    --out "$out/f" "${k[@]}" -k "silu_mul[size=16777216]" -k "attention[head_dim=128,seq_len=8192" \
+    -k "matmul[m=1024" -k "rope[head_dim=128,n_heads_q=32" > "$out/yule-bench.log" 2>&1
+  tail -6 "$out/yule-bench.log"
+  tar czf "$out/runs.tgz" -C "$out" f && rm -rf "$out/f"
+  cat "$out"/*.log > "$out/logs.txt" && rm -f "$out"/*.log
 elif [ "$what" = packed ]; then
   mkdir -p "$out/p"
   KBENCH_VALIDATION=0 timeout ${TESTS_S:-60} python3 -m pytest tests/test_qmatvec_packed.py tests/test_qmatvec_kernels.py \
