@@ -143,7 +143,7 @@ def large(args, sampler, rows, torch_alive=None) -> None:
 
 def roundtrip(args, sampler, rows) -> None:
     import kbench.runtime as kp
-    from kbench.cases.shaders import load_spirv
+    from kbench.shaders import load_spirv
     from kbench.runtime._vk import ffi, lib, vk
 
     n = 300

@@ -314,7 +314,7 @@ def main(argv=None) -> int:
                         restore_kernel(be)
                         be._policy.configure_qmatvec({k: v for k, v in cfg.items() if k != "raw"})
                         kernel = be._policy.qmatvec(dtype, n_cols, n_rows)
-                        if cfg.get("layout") == "packed" and not KernelPolicy.qmatvec_is_packed(kernel):
+                        if cfg.get("layout") == "packed" and not kernel.packed:
                             continue  # a format without a packed kernel: it would time the GGUF one again
                         if cfg.get("raw"):
                             if dtype != DType.Q4_0 or not kernel.spv.endswith(".sg.spv"):

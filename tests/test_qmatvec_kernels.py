@@ -162,14 +162,14 @@ def test_qmatvec_variant_matches_float64(backends, cfg, dtype):
             staged_shapes.append((n_rows, n_cols, n_cols // dtype.block_elems // kernel.spec[3]))
         if family == "packed":
             in_workgroup = CONFIGS[cfg][0]["qmatvec"].get("xq") == "workgroup"
-            assert KernelPolicy.qmatvec_is_packed(kernel), kernel
-            assert KernelPolicy.qmatvec_uses_xq(kernel) != in_workgroup and (".xwg." in kernel.spv) == in_workgroup, kernel
+            assert kernel.packed, kernel
+            assert kernel.uses_xq != in_workgroup and (".xwg." in kernel.spv) == in_workgroup, kernel
         elif family != "auto":
             assert kernel.spv.startswith("qmatvec." if family == "generic" else "qmatvec_fast."), kernel
             assert (".dot" in kernel.spv) == (family == "dot"), kernel
             if family == "dot":
                 lane = CONFIGS[cfg][0]["qmatvec"]["xq"] == "lane"
-                assert (".dotl." in kernel.spv) == lane and KernelPolicy.qmatvec_uses_xq(kernel) != lane, kernel
+                assert (".dotl." in kernel.spv) == lane and kernel.uses_xq != lane, kernel
         W = rng.uniform(-1, 1, (n_rows, n_cols)).astype(np.float32)
         x = rng.uniform(-1, 1, n_cols).astype(np.float32)
         data = quantize(W, dtype)
@@ -220,7 +220,7 @@ def test_policy_picks_the_fast_kernel_only_where_it_was_tuned():
     # 14336 short rows: teams of 128 lanes; 4096 long rows: 256; one team per workgroup, unstaged
     k = gpu.qmatvec(DType.Q4_0, 4096, 14336)
     assert k.spv == "qmatvec_fast.q4_0.sg.spv" and k.spec == (128, 128, 4), k
-    assert KernelPolicy.qmatvec_rows(k) == (k.spec[0] // k.spec[1]) * k.spec[2]
+    assert k.rows == (k.spec[0] // k.spec[1]) * k.spec[2]
     assert gpu.qmatvec(DType.Q6_K, 14336, 4096).spec == (256, 256, 4)
     # staged on request, where the rows are whole 16-byte chunks: chunk = spec[3] blocks
     gpu.configure_qmatvec(staged=True)
@@ -255,14 +255,14 @@ def test_policy_takes_the_integer_dot_variant_where_the_device_has_it():
     assert ".dot" in gpu.qmatvec(DType.Q4_0, 1024, 1024).spv
     for dt in QMATVEC_FAST_DTYPES:
         k = gpu.qmatvec(dt, 4096, 14336)  # x quantized by a first dispatch (qmatvec_xq)
-        assert ".dot." in k.spv and KernelPolicy.qmatvec_uses_xq(k), (dt, k)
+        assert ".dot." in k.spv and k.uses_xq, (dt, k)
     assert gpu.qmatvec(DType.Q4_0, 4096, 14336).spv == "qmatvec_fast.q4_0.dot.sg.spv"
     gpu.configure_qmatvec(xq="lane")
     k = gpu.qmatvec(DType.Q4_0, 4096, 14336)
-    assert k.spv == "qmatvec_fast.q4_0.dotl.sg.spv" and not KernelPolicy.qmatvec_uses_xq(k), k
+    assert k.spv == "qmatvec_fast.q4_0.dotl.sg.spv" and not k.uses_xq, k
     with pytest.raises(ValueError, match="xq must be lane, dispatch or workgroup"):
         gpu.configure_qmatvec(xq="shared")
-    assert not KernelPolicy.qmatvec_uses_xq(gpu.qmatvec(DType.Q5_K, 4096, 14336)), "no dot kernel for Q5_K"
+    assert not gpu.qmatvec(DType.Q5_K, 4096, 14336).uses_xq, "no dot kernel for Q5_K"
     gpu.configure_qmatvec(dot=False)
     assert gpu.qmatvec(DType.Q4_0, 4096, 14336).spv == "qmatvec_fast.q4_0.sg.spv"
     gpu.configure_qmatvec(staged=True)
@@ -280,7 +280,7 @@ def test_policy_takes_the_integer_dot_variant_where_the_device_has_it():
 
 def _run_xq(x: np.ndarray) -> np.ndarray:
     """qmatvec_xq.comp on ``x`` through the runtime: its output words."""
-    from kbench.backend.kernels import load_spirv
+    from kbench.shaders import load_spirv
 
     n = len(x)
     words = KernelPolicy.qmatvec_xq_bytes(n) // 4

@@ -157,7 +157,7 @@ def test_the_copies_stay_within_their_byte_budget(be):
 def test_formats_without_a_packed_kernel_keep_the_gguf_kernels(be):
     p = Problem(be, DType.Q4_K, 5, 512, seed=8)
     kernel = be._policy.qmatvec(DType.Q4_K, 512, 5)
-    assert not KernelPolicy.qmatvec_is_packed(kernel), kernel
+    assert not kernel.packed, kernel
     p.check("Q4_K under layout=packed")
     assert be.cache_stats()["packed_weights"] == 0
 
@@ -233,7 +233,7 @@ def test_packed_launch_shape_follows_the_rows():
     long = pol.qmatvec(DType.Q8_0, 14336, 4096)
     assert short.spv == "qmatvec_packed.q4_0.sg.spv" and short.spec == (128, 4), short
     assert long.spv == "qmatvec_packed.q8_0.sg.spv" and long.spec == (256, 4), long
-    assert KernelPolicy.qmatvec_rows(short) == 4
+    assert short.rows == 4
     assert pol.qmatvec(DType.Q4_0, 64, 7).spec == (32, 4), "at least 32 lanes"
 
 
@@ -241,7 +241,7 @@ def test_x_in_shared_memory_is_refused_where_it_does_not_fit():
     pol = KernelPolicy({**_props(integer_dot_product=True), "max_shared_memory": 16384})
     pol.configure_qmatvec(layout="packed", xq="workgroup")
     k = pol.qmatvec(DType.Q4_0, 4096, 14336)  # 128 blocks: 8.5 KiB of x
-    assert ".xwg." in k.spv and k.spec[2] == 128 and not KernelPolicy.qmatvec_uses_xq(k), k
+    assert ".xwg." in k.spv and k.spec[2] == 128 and not k.uses_xq, k
     with pytest.raises(ValueError, match="xq='workgroup' holds x quantized in shared memory.*16384"):
         pol.qmatvec(DType.Q4_0, 14336, 4096)  # 448 blocks: 30 KiB
 
@@ -249,20 +249,20 @@ def test_x_in_shared_memory_is_refused_where_it_does_not_fit():
 def test_the_automatic_layout_packs_only_large_products_on_gpus(monkeypatch):
     monkeypatch.setattr(KernelPolicy, "QMATVEC_LAYOUT", "packed")
     gpu = KernelPolicy(_props(integer_dot_product=True))
-    assert KernelPolicy.qmatvec_is_packed(gpu.qmatvec(DType.Q8_0, 4096, 14336))
-    assert not KernelPolicy.qmatvec_is_packed(gpu.qmatvec(DType.Q8_0, 64, 7)), "small products stay exact"
-    assert not KernelPolicy.qmatvec_is_packed(gpu.qmatvec(DType.Q4_K, 4096, 14336)), "no packed Q4_K kernel"
+    assert gpu.qmatvec(DType.Q8_0, 4096, 14336).packed
+    assert not gpu.qmatvec(DType.Q8_0, 64, 7).packed, "small products stay exact"
+    assert not gpu.qmatvec(DType.Q4_K, 4096, 14336).packed, "no packed Q4_K kernel"
     no_dot = KernelPolicy(_props())
-    assert not KernelPolicy.qmatvec_is_packed(no_dot.qmatvec(DType.Q8_0, 4096, 14336))
+    assert not no_dot.qmatvec(DType.Q8_0, 4096, 14336).packed
     cpu = KernelPolicy({**_props(integer_dot_product=True), "device_type": "cpu"})
-    assert not KernelPolicy.qmatvec_is_packed(cpu.qmatvec(DType.Q8_0, 4096, 14336)), "CPU devices keep GGUF"
+    assert not cpu.qmatvec(DType.Q8_0, 4096, 14336).packed, "CPU devices keep GGUF"
     gpu.configure_qmatvec(dot=False)
-    assert not KernelPolicy.qmatvec_is_packed(gpu.qmatvec(DType.Q8_0, 4096, 14336)), "dot=False asks for GGUF"
+    assert not gpu.qmatvec(DType.Q8_0, 4096, 14336).packed, "dot=False asks for GGUF"
     gpu.configure_qmatvec(layout="gguf")
-    assert not KernelPolicy.qmatvec_is_packed(gpu.qmatvec(DType.Q8_0, 4096, 14336))
+    assert not gpu.qmatvec(DType.Q8_0, 4096, 14336).packed
     monkeypatch.setattr(KernelPolicy, "QMATVEC_LAYOUT", "gguf")
     shipped = KernelPolicy(_props(integer_dot_product=True))
-    assert not KernelPolicy.qmatvec_is_packed(shipped.qmatvec(DType.Q8_0, 4096, 14336))
+    assert not shipped.qmatvec(DType.Q8_0, 4096, 14336).packed
 
 
 @needs_device

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 import sys
@@ -12,27 +11,16 @@ import pytest
 
 from kbench.backend import kernels
 from kbench.quant import DType
+from kbench.shaders import build as bs
 
 REPO = Path(__file__).resolve().parent.parent
-SCRIPT = REPO / "scripts" / "build_shaders.py"
-
-
-def _load_build_script():
-    spec = importlib.util.spec_from_file_location("kbench_build_shaders", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-bs = _load_build_script()
 
 
 def test_manifest_matches_every_declared_output():
     outputs = bs.declared_outputs()
     assert outputs, "no shader outputs declared in shaders/"
     problems = bs.check(outputs)
-    assert problems == [], "shipped SPIR-V is stale; run scripts/build_shaders.py:\n" + "\n".join(problems)
+    assert problems == [], "shipped SPIR-V is stale; run python -m kbench.shaders:\n" + "\n".join(problems)
 
 
 def test_every_shipped_file_is_spirv_and_listed():
@@ -48,8 +36,13 @@ def test_every_shipped_file_is_spirv_and_listed():
         assert magic == bs.SPIRV_MAGIC, f"{name}: magic 0x{magic:08x}, expected 0x{bs.SPIRV_MAGIC:08x}"
 
 
+def test_every_spirv_in_the_package_is_built_from_shaders_into_kbench_spv():
+    elsewhere = sorted(str(p.relative_to(REPO)) for p in (REPO / "kbench").rglob("*.spv") if p.parent != bs.SPV_DIR)
+    assert elsewhere == [], f"SPIR-V outside kbench/spv (not built by python -m kbench.shaders): {elsewhere}"
+
+
 def test_check_mode_exits_zero_when_up_to_date():
-    res = subprocess.run([sys.executable, str(SCRIPT), "--check"], capture_output=True, text=True)
+    res = subprocess.run([sys.executable, "-m", "kbench.shaders", "--check"], capture_output=True, text=True)
     assert res.returncode == 0, f"--check failed:\n{res.stdout}{res.stderr}"
 
 

@@ -12,14 +12,12 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
 from kbench.quant import DType
-
-SPV_DIR = Path(__file__).resolve().parent.parent / "spv"
+from kbench.shaders import load_spirv
 
 
 def _push(*fields: tuple[str, str]) -> np.dtype:
@@ -84,16 +82,18 @@ class Kernel:
         return np.array([tuple(values)], dtype=self.push)
 
 
-@functools.lru_cache(maxsize=None)
-def load_spirv(name: str) -> bytes:
-    """Bytes of kbench/spv/<name>; a clear error when the shaders were never built."""
-    path = SPV_DIR / name
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"shipped SPIR-V {path} is missing; run `python scripts/build_shaders.py`"
-        ) from None
+@dataclass(frozen=True)
+class QMatvecKernel(Kernel):
+    """A quantized_matmul kernel with its plan: what the backend needs besides the SPIR-V."""
+
+    #: rows of the matrix one workgroup computes
+    rows: int = 1
+    #: reads the weights repacked by :meth:`KernelPolicy.qmatvec_pack` (``packed_bytes`` of them)
+    packed: bool = False
+    packed_bytes: int = 0
+    #: reads x quantized by a first :meth:`KernelPolicy.qmatvec_xq` dispatch (``xq_bytes`` of scratch)
+    uses_xq: bool = False
+    xq_bytes: int = 0
 
 
 def _pow2_floor(n: int) -> int:
@@ -305,9 +305,6 @@ class KernelPolicy:
             return (f"4*BK*(BM+4+BN) = {shared} bytes of shared memory exceed the device's "
                     f"{self.max_shared}")
         return ""
-
-    def _tile_fits(self, tile) -> bool:
-        return not self._matmul_tile_problem(tuple(tile)[:5])
 
     @staticmethod
     def matmul_vec4(n: int, k: int) -> bool:
@@ -526,7 +523,9 @@ class KernelPolicy:
         return (dtype in QMATVEC_FAST_DTYPES and self.use_subgroups and self.subgroup_size == 32
                 and not self.is_cpu)
 
-    def qmatvec(self, dtype: DType, n_cols: int, n_rows: int = 1 << 14) -> Kernel:
+    def qmatvec(self, dtype: DType, n_cols: int, n_rows: int = 1 << 14) -> QMatvecKernel:
+        """The quantized_matmul kernel for an ``n_rows`` x ``n_cols`` matrix of ``dtype``, with its
+        plan (rows per workgroup, packed weights, quantized x and their byte counts)."""
         cfg = self.qmatvec_config
         name = QMATVEC_DTYPES[dtype]
         if dtype in QMATVEC_PACKED_DTYPES and self._qmatvec_layout(dtype, n_cols, n_rows) == "packed":
@@ -547,9 +546,9 @@ class KernelPolicy:
         variant = "subgroup" if self.use_subgroups else "shared"
         while rows > 1 and 4 * wg * rows > self.max_shared:
             rows //= 2
-        return Kernel(f"qmatvec.{name}.{variant}.spv", (wg, rows), PUSH_QMATVEC)
+        return QMatvecKernel(f"qmatvec.{name}.{variant}.spv", (wg, rows), PUSH_QMATVEC, rows=rows)
 
-    def _qmatvec_fast(self, dtype: DType, n_cols: int, n_rows: int) -> Kernel:
+    def _qmatvec_fast(self, dtype: DType, n_cols: int, n_rows: int) -> QMatvecKernel:
         cfg = self.qmatvec_config
         name = QMATVEC_DTYPES[dtype]
         units = n_cols // QMATVEC_FAST_UNIT[dtype]
@@ -573,16 +572,20 @@ class KernelPolicy:
         if dot is None:
             dot = (self.QMATVEC_DOT and self.has_int_dot and not cfg.get("staged")
                    and n_rows * n_cols >= self.QMATVEC_DOT_MIN_ELEMS)
+        plan = {"rows": teams * rows}
         if dot:
             kind = "dotl" if cfg.get("xq", self.QMATVEC_XQ) == "lane" else "dot"
-            return Kernel(f"qmatvec_fast.{name}.{kind}.{variant}.spv", (wg, lanes, rows), PUSH_QMATVEC)
+            if kind == "dot":
+                plan.update(uses_xq=True, xq_bytes=self.qmatvec_xq_bytes(n_cols))
+            return QMatvecKernel(f"qmatvec_fast.{name}.{kind}.{variant}.spv", (wg, lanes, rows), PUSH_QMATVEC, **plan)
         chunk = None
         if cfg.get("staged", self.QMATVEC_STAGED):
             chunk = self.qmatvec_chunk(dtype, n_cols, teams * rows, wg, rows, cfg.get("chunk"),
                                        (cfg.get("tile_kib") or self.QMATVEC_TILE_KIB) << 10)
         if chunk is None:
-            return Kernel(f"qmatvec_fast.{name}.{variant}.spv", (wg, lanes, rows), PUSH_QMATVEC)
-        return Kernel(f"qmatvec_fast.{name}.staged.{variant}.spv", (wg, lanes, rows, chunk), PUSH_QMATVEC)
+            return QMatvecKernel(f"qmatvec_fast.{name}.{variant}.spv", (wg, lanes, rows), PUSH_QMATVEC, **plan)
+        return QMatvecKernel(f"qmatvec_fast.{name}.staged.{variant}.spv", (wg, lanes, rows, chunk), PUSH_QMATVEC,
+                             **plan)
 
     #: whether the automatic choice stages weights through shared memory where it can
     QMATVEC_STAGED = False
@@ -599,11 +602,6 @@ class KernelPolicy:
     #: 2026-12-03: 5-20% faster than exact fp32 decoding for Q4_0/Q8_0/Q4_K, even for Q6_K) or
     #: "lane" (in registers, per unit; correct on lavapipe, not yet timed on a GPU)
     QMATVEC_XQ = "dispatch"
-
-    @staticmethod
-    def qmatvec_uses_xq(kernel: Kernel) -> bool:
-        """Whether ``kernel`` reads x quantized by :meth:`qmatvec_xq` instead of x."""
-        return ".dot." in kernel.spv or (KernelPolicy.qmatvec_is_packed(kernel) and ".xwg." not in kernel.spv)
 
     # -- packed weights (shaders/qmatvec_pack.comp, qmatvec_packed.comp) ---------------------------
     #: the automatic choice of weight layout where no ``layout`` knob is set: "gguf" (the GGUF
@@ -622,7 +620,7 @@ class KernelPolicy:
             return "packed"
         return "gguf"
 
-    def _qmatvec_packed(self, dtype: DType, n_cols: int, n_rows: int) -> Kernel:
+    def _qmatvec_packed(self, dtype: DType, n_cols: int, n_rows: int) -> QMatvecKernel:
         cfg = self.qmatvec_config
         rows = int(cfg.get("rows") or 4)
         blocks = n_cols // 32  # units of 32 weights, one x scale each
@@ -642,14 +640,12 @@ class KernelPolicy:
             raise ValueError(f"quantized_matmul: xq='workgroup' holds x quantized in shared memory, {need} bytes for "
                              f"{n_cols} columns with {wg} lanes; the device has {self.max_shared}")
         reduce = "sg" if subgroup else "tree"
+        plan = {"rows": rows, "packed": True, "packed_bytes": self.qmatvec_packed_bytes(dtype, n_rows, n_cols)}
         if x_shared:
-            return Kernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.xwg.{reduce}.spv", (wg, rows, blocks), PUSH_QMATVEC)
-        return Kernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.{reduce}.spv", (wg, rows), PUSH_QMATVEC)
-
-    @staticmethod
-    def qmatvec_is_packed(kernel: Kernel) -> bool:
-        """Whether ``kernel`` reads weights repacked by :meth:`qmatvec_pack`."""
-        return kernel.spv.startswith("qmatvec_packed.")
+            return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.xwg.{reduce}.spv", (wg, rows, blocks),
+                                 PUSH_QMATVEC, **plan)
+        return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.{reduce}.spv", (wg, rows), PUSH_QMATVEC,
+                             uses_xq=True, xq_bytes=self.qmatvec_xq_bytes(n_cols), **plan)
 
     def qmatvec_pack(self, dtype: DType) -> Kernel:
         """The kernel that repacks GGUF ``dtype`` weights for qmatvec_packed (one invocation per
@@ -697,14 +693,6 @@ class KernelPolicy:
             if fits(cb) and (best is None or group_rows * cb * bb <= tile_bytes):
                 best = cb
         return best
-
-    @staticmethod
-    def qmatvec_rows(kernel: Kernel) -> int:
-        """Rows one workgroup of ``kernel`` computes."""
-        if kernel.spv.startswith("qmatvec_fast."):
-            wg, lanes, rows = kernel.spec[:3]
-            return (wg // lanes) * rows
-        return kernel.spec[1]
 
 
 def describe_policy(policy: KernelPolicy) -> dict[str, Any]:

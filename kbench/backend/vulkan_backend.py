@@ -352,17 +352,16 @@ class VulkanBackend(ComputeBackend):
     def _quantized_matmul(self, weights: BufferHandle, input: BufferHandle, output: BufferHandle,
                           n_rows: int, n_cols: int, dtype: DType) -> None:
         kernel = self._policy.qmatvec(dtype, n_cols, n_rows)
-        rows = KernelPolicy.qmatvec_rows(kernel)
         rb = row_bytes(dtype, n_cols)
         if n_rows * rb > 0xFFFFFFFF:
             raise ValueError(f"quantized_matmul: {n_rows} rows of {rb} bytes exceed the kernel's 4 GiB byte offsets")
-        grid = self._policy.grid_1d(_ceil_div(n_rows, rows))
+        grid = self._policy.grid_1d(_ceil_div(n_rows, kernel.rows))
         w, x = weights.id, input.id
-        if KernelPolicy.qmatvec_is_packed(kernel):
-            w = self._packed_weights(weights, dtype, n_rows, n_cols)
-        if KernelPolicy.qmatvec_uses_xq(kernel):
+        if kernel.packed:
+            w = self._packed_weights(weights, dtype, n_rows, n_cols, kernel.packed_bytes)
+        if kernel.uses_xq:
             xq_kernel = self._policy.qmatvec_xq()
-            x = self._scratch(KernelPolicy.qmatvec_xq_bytes(n_cols), "qmatvec_x")
+            x = self._scratch(kernel.xq_bytes, "qmatvec_x")
             self._dispatch(xq_kernel, (input.id, x), self._policy.grid_1d(_ceil_div(n_cols // 4, xq_kernel.spec[0])),
                            xq_kernel.push_record(n_cols))
         self._dispatch(kernel, (w, x, output.id), grid, kernel.push_record(n_rows, n_cols, rb))
@@ -371,7 +370,7 @@ class VulkanBackend(ComputeBackend):
     #: the least recently used copies go (and are made again on their next use)
     PACKED_CACHE_BYTES = 8 << 30
 
-    def _packed_weights(self, weights: BufferHandle, dtype: DType, n_rows: int, n_cols: int) -> int:
+    def _packed_weights(self, weights: BufferHandle, dtype: DType, n_rows: int, n_cols: int, nbytes: int) -> int:
         """The repacked copy of ``weights`` (its internal buffer key), made now where there is none
         or the buffer was used by any other op since (a write may have changed it)."""
         src = self._buffers[weights.id]
@@ -381,7 +380,6 @@ class VulkanBackend(ComputeBackend):
             self._packed.move_to_end(weights.id)
             return found.key
         self._drop_packed(weights.id)
-        nbytes = KernelPolicy.qmatvec_packed_bytes(dtype, n_rows, n_cols)
         key = self._new_internal(nbytes)
         kernel = self._policy.qmatvec_pack(dtype)
         n_blocks = n_rows * (n_cols // dtype.block_elems)

@@ -109,7 +109,7 @@ class ClockKeeper:
         import threading
 
         import kbench.runtime as kp
-        from kbench.cases.shaders import load_spirv
+        from kbench.shaders import load_spirv
 
         self._mgr = kp.Manager(device_index)
         self._mgr.wait_spin_ns = 0  # block in the driver: the GIL stays free for the main thread

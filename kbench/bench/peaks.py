@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from kbench.cases.shaders import load_spirv
+from kbench.shaders import load_spirv
 from kbench.results.records import case_record, peak_record
 
 from .timing import stats

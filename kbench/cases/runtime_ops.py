@@ -15,7 +15,7 @@ import numpy as np
 
 from .base import Arrays, Case, CaseFailure, Params
 from .compare import GUARD_BYTES, check_guards, guard_pattern
-from .shaders import load_spirv
+from kbench.shaders import load_spirv
 
 DTYPES = ("float32", "float64", "int32", "uint32", "int64", "int16", "float16", "int8", "uint8")
 

@@ -1,5 +1,5 @@
-#!/usr/bin/env python3
-"""Compile shaders/*.comp into the shipped SPIR-V under kbench/spv/ and write its manifest.
+"""The one build step: compile shaders/*.comp into the shipped SPIR-V under kbench/spv/ and write
+its manifest (``python -m kbench.shaders``; ``--check`` compiles nothing).
 
 Each source may declare, in comment lines of the form ``// kbench: ...``:
 
@@ -30,9 +30,11 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from . import SPV_DIR
+
+REPO = Path(__file__).resolve().parents[2]
+#: the GLSL sources (present in a kbench checkout, not in an installed wheel)
 SHADER_DIR = REPO / "shaders"
-SPV_DIR = REPO / "kbench" / "spv"
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 1
 DEFAULT_TARGET = "vulkan1.0"
@@ -299,7 +301,7 @@ def build(outputs: list[ShaderOutput], spv_dir: Path = SPV_DIR, force: bool = Fa
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m kbench.shaders", description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true",
                         help="compile nothing; exit 1 if any output is missing or stale")
     parser.add_argument("--force", action="store_true", help="rebuild every output")
@@ -319,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in problems:
             print(p, file=sys.stderr)
         if problems:
-            print(f"{len(problems)} problem(s); run scripts/build_shaders.py", file=sys.stderr)
+            print(f"{len(problems)} problem(s); run python -m kbench.shaders", file=sys.stderr)
             return 1
         print(f"{len(outputs)} SPIR-V outputs up to date")
         return 0
@@ -330,7 +332,3 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"{n} built, {len(outputs) - n} up to date")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
