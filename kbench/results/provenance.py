@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
-import importlib
+import importlib.metadata
 import platform
 import socket
 import subprocess
@@ -42,16 +42,19 @@ def git_revision(repo_dir: str | Path | None = None) -> str:
 
 
 def package_versions() -> dict[str, str]:
-    """Versions of the packages that shape the results; only those that import are listed."""
+    """Versions of the packages that shape the results, those installed: the loaded module's
+    ``__version__``, else the installed distribution's (read without importing it: results
+    never import ``vulkan`` or ``torch``)."""
     versions: dict[str, str] = {}
     for name in _VERSIONED_PACKAGES:
         module = sys.modules.get(name)
-        if module is None:
-            try:
-                module = importlib.import_module(name)
-            except Exception:  # an absent or broken optional package is simply not listed
-                continue
-        versions[name] = str(getattr(module, "__version__", "unknown"))
+        if module is not None:
+            versions[name] = str(getattr(module, "__version__", "unknown"))
+            continue
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:  # an absent optional package is not listed
+            continue
     return versions
 
 
