@@ -307,7 +307,7 @@ def drive(binary: str | None, mode: str, instances: list[Any], props: dict[str, 
         records = perf_records(instances, rows)
     else:
         pattern = f"^(?!.*type_a=)|type_a=({'|'.join(TEST_TYPES)}),"
-        rows = run_binary(exe, ["test", "-o", ",".join(TEST_OPS), "-p", pattern], timeout=max(1800.0, timeout),
+        rows = run_binary(exe, ["test", "-o", ",".join(TEST_OPS), "-p", pattern], timeout=max(3600.0, timeout),
                           device=device)
         records = test_records(rows)
     commit = next((r.build_commit for r in rows if r.build_commit), "unknown")
