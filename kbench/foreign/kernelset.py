@@ -19,19 +19,13 @@ from typing import Any
 
 import numpy as np
 
+from kbench.backend.op_table import OP_BUFFER_ACCESS
 from kbench.runtime import compile_source
 from kbench.runtime.errors import ShaderCompileError
 from kbench.runtime.spirv import ShaderInfo, reflect
 
 from .declaration import LOCAL, SCALAR_TYPES, Declaration, DeclarationError, KernelDecl, load
 from .ops import BACKEND_OP_ARGS
-
-#: buffer arguments a kernel writes (a shader that declares them readonly cannot be right)
-WRITTEN_ARGS = {"matmul": ("out",), "softmax": ("output",), "rms_norm": ("output",), "rope": ("q", "k"),
-                "silu": ("output",), "element_mul": ("output",), "add": ("output",), "attn_score": ("scores",),
-                "attn_value": ("output",), "quantized_matmul": ("output",), "copy_buffer": ("dst",),
-                "copy_buffer_offset": ("dst",)}
-
 
 @dataclass(frozen=True)
 class SourceTree:
@@ -171,7 +165,7 @@ def _check_against_shader(k: KernelDecl, info: ShaderInfo, where: str) -> np.dty
                                "kbench binds buffers in order from 0")
     readonly = info.readonly_bindings()
     for b in k.bindings:
-        if b.arg is not None and b.arg in WRITTEN_ARGS.get(k.op, ()) and b.binding in readonly:
+        if b.arg is not None and "w" in OP_BUFFER_ACCESS.get(k.op, {}).get(b.arg, "") and b.binding in readonly:
             raise DeclarationError(f"{where}: binding {b.binding} ({b.arg}) is written by {k.op}, but the shader "
                                    "declares it readonly")
     fields, offset = [], 0

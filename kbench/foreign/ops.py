@@ -9,11 +9,11 @@ from __future__ import annotations
 import inspect
 
 from kbench.backend.base import ComputeBackend
+from kbench.backend.op_table import OPS
 
-#: ops a kernel can implement: every ComputeBackend op that runs on the device (allocation,
-#: host transfers, synchronize and the informational methods stay kbench's)
-DECLARABLE_OPS = ("matmul", "softmax", "rms_norm", "rope", "silu", "element_mul", "add", "attn_score",
-                  "attn_value", "quantized_matmul", "copy_buffer", "copy_buffer_offset")
+#: ops a kernel can implement: every op of the trait that is device work only (allocation, host
+#: transfers, synchronize and the informational methods stay kbench's)
+DECLARABLE_OPS = tuple(name for name, op in OPS.items() if op.device_only and not op.extension)
 
 #: names a quantized_matmul kernel's formulas may use besides its arguments
 QUANT_ENV_NAMES = ("block_elems", "block_bytes", "row_bytes", "blocks_per_row", "dtype_id")
