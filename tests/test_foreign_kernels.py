@@ -247,64 +247,34 @@ layout(push_constant) uniform P { uint size; };
 void main() { float s = 0.0; for (uint i = 0u; i < 60000u; i++) { s += a[i % 3u]; } if (s == 12345.0) { o[0] = s; } }
 """
 
-Q4_0_KERNELS = """
+def _q4_0_kernel(name: str, group: str = "", extra: str = "", grid: str = '["ceil_div(n_rows, local_size_x)"]',
+                 covers: str = 'covers = "n_rows"') -> str:
+    """A declaration of the test's Q4_0 shader (``extra``: e.g. its SWAPPED define)."""
+    return f"""
 [[kernel]]
-name = "q4_0"
+name = "{name}"
+group = "{group}"
 op = "quantized_matmul"
 dtypes = ["Q4_0"]
 glsl = "q4_0.comp"
+{extra}
 bindings = [
-  { binding = 0, arg = "weights", type = "uint32", layout = "gguf" },
-  { binding = 1, arg = "input", type = "float32" },
-  { binding = 2, arg = "output", type = "float32" },
+  {{ binding = 0, arg = "weights", type = "uint32", layout = "gguf" }},
+  {{ binding = 1, arg = "input", type = "float32" }},
+  {{ binding = 2, arg = "output", type = "float32" }},
 ]
 push_constants = [
-  { name = "n_rows", type = "uint32", value = "n_rows" },
-  { name = "n_cols", type = "uint32", value = "n_cols" },
-  { name = "row_bytes", type = "uint32", value = "row_bytes" },
+  {{ name = "n_rows", type = "uint32", value = "n_rows" }},
+  {{ name = "n_cols", type = "uint32", value = "n_cols" }},
+  {{ name = "row_bytes", type = "uint32", value = "row_bytes" }},
 ]
-grid = ["ceil_div(n_rows, local_size_x)"]
-covers = "n_rows"
-
-[[kernel]]
-name = "q4_0_swapped"
-group = "swapped"
-op = "quantized_matmul"
-dtypes = ["Q4_0"]
-glsl = "q4_0.comp"
-defines = { SWAPPED = "1" }
-bindings = [
-  { binding = 0, arg = "weights", type = "uint32", layout = "gguf" },
-  { binding = 1, arg = "input", type = "float32" },
-  { binding = 2, arg = "output", type = "float32" },
-]
-push_constants = [
-  { name = "n_rows", type = "uint32", value = "n_rows" },
-  { name = "n_cols", type = "uint32", value = "n_cols" },
-  { name = "row_bytes", type = "uint32", value = "row_bytes" },
-]
-grid = ["ceil_div(n_rows, local_size_x)"]
-covers = "n_rows"
-
-[[kernel]]
-name = "q4_0_short_grid"
-group = "short"
-op = "quantized_matmul"
-dtypes = ["Q4_0"]
-glsl = "q4_0.comp"
-bindings = [
-  { binding = 0, arg = "weights", type = "uint32", layout = "gguf" },
-  { binding = 1, arg = "input", type = "float32" },
-  { binding = 2, arg = "output", type = "float32" },
-]
-push_constants = [
-  { name = "n_rows", type = "uint32", value = "n_rows" },
-  { name = "n_cols", type = "uint32", value = "n_cols" },
-  { name = "row_bytes", type = "uint32", value = "row_bytes" },
-]
-grid = [1]
-covers_workgroups = "n_rows"
+grid = {grid}
+{covers}
 """
+
+
+Q4_0_KERNELS = (_q4_0_kernel("q4_0") + _q4_0_kernel("q4_0_swapped", "swapped", 'defines = { SWAPPED = "1" }')
+                + _q4_0_kernel("q4_0_short_grid", "short", grid="[1]", covers='covers_workgroups = "n_rows"'))
 
 
 def _target(backend):
@@ -407,22 +377,8 @@ reference = { out = "a + b" }
 validate = [{ size = 5 }, { size = 4097 }]
 tolerance = 1e-7
 bytes = "12 * size"
-
-[[kernel]]
-name = "sum3"
-op = "sum3"
-glsl = "elementwise.comp"
-defines = { OP_ADD = "1" }
-bindings = [
-  { binding = 0, arg = "a", type = "vec4" },
-  { binding = 1, arg = "b", type = "vec4" },
-  { binding = 2, arg = "out", type = "vec4" },
-]
-push_constants = [{ name = "size", type = "uint32", value = "size" }]
-spec_constants = [{ id = 0, type = "uint32", value = 64 }]
-local_size = [64]
-grid = ["ceil_div(ceil_div(size, 4), 64)"]
-"""
+""" + ADD_KERNEL.replace('name = "add"\nop = "add"', 'name = "sum3"\nop = "sum3"').replace(
+        'arg = "output"', 'arg = "out"')
     for ref, want in (("a + b", "pass"), ("a - b", "fail")):
         ks = _load(tree, custom.replace('reference = { out = "a + b" }', f'reference = {{ out = "{ref}" }}'))
         be = _backend(ks)
