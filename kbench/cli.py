@@ -297,6 +297,21 @@ def cmd_delegate(name: str, argv: list[str]) -> int:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
 
 
+def cmd_probe(argv: list[str]) -> int:
+    """`kbench probe NAME [ARGS]`: one of kbench.probes, its own options after the name."""
+    from kbench.probes import PROBES, run_probe
+
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in PROBES:
+        lines = [f"  {name:11s} {what}" for name, what in PROBES.items()]
+        print("usage: kbench probe NAME [ARGS]   (kbench probe NAME --help for its options)\nprobes:\n"
+              + "\n".join(lines), file=sys.stdout if argv[:1] in (["-h"], ["--help"]) else sys.stderr)
+        return 0 if argv[:1] in (["-h"], ["--help"]) else EXIT_USAGE
+    try:
+        return run_probe(argv[0], argv[1:])
+    except SystemExit as exc:  # argparse inside the probe: --help (0) or bad usage (2)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
+
+
 # ------------------------------------------------------------------------------------ parser
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
@@ -375,7 +390,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", "--cases", action="append", metavar="PATTERN")
 
     for name, text in (("report", "tables and plots from results (kbench report --help)"),
-                       ("compare", "compare two result sets for regressions (kbench compare --help)")):
+                       ("compare", "compare two result sets for regressions (kbench compare --help)"),
+                       ("probe", "measurements beside the suites: kbench probe NAME [ARGS] (kbench probe --help)")):
         p = sub.add_parser(name, help=text, add_help=False, prefix_chars="\0")
         p.add_argument("rest", nargs=argparse.REMAINDER)
     return parser
@@ -387,6 +403,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # report/compare own their options: hand everything after the command word over untouched
     if argv and argv[0] in ("report", "compare"):
         return cmd_delegate(argv[0], argv[1:])
+    if argv and argv[0] == "probe":
+        return cmd_probe(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "samples", None) is not None and args.samples < 1:

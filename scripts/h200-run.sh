@@ -28,10 +28,10 @@ if [ "$what" = bench ]; then
   timeout ${BENCH_S:-540} python3 -m kbench bench --peer torch --quiet --out "$out/b" "${k[@]}" > "$out/bench.log" 2>&1
   tail -8 "$out/bench.log"
   # the peer's fp16 matrix-vector product of the quantized_matmul shapes (torch.mv, CUDA events), same machine
-  timeout 40 python3 scripts/probe_qmatvec.py --torch-only > "$out/torch_mv.log" 2>&1
+  timeout 40 python3 -m kbench.probes qmatvec --torch-only > "$out/torch_mv.log" 2>&1
   cat "$out/torch_mv.log"
   # the two halves of a staged transfer and the streamed syncs; the streamed-transfer tests
-  timeout ${TRANSFER_S:-60} python3 scripts/probe_transfer.py --mib 256 > "$out/probe_transfer.log" 2>&1
+  timeout ${TRANSFER_S:-60} python3 -m kbench.probes transfer --mib 256 > "$out/probe_transfer.log" 2>&1
   tail -14 "$out/probe_transfer.log"
   KBENCH_VALIDATION=0 timeout ${TESTS_S:-60} python3 -m pytest tests/test_runtime_transfer.py -q -p no:cacheprovider > "$out/tests.log" 2>&1
   tail -2 "$out/tests.log"
@@ -64,7 +64,7 @@ elif [ "$what" = packed ]; then
   KBENCH_VALIDATION=0 timeout ${TESTS_S:-60} python3 -m pytest tests/test_qmatvec_packed.py tests/test_qmatvec_kernels.py \
     -k "packed or auto" -q -rs -p no:cacheprovider > "$out/tests.log" 2>&1
   tail -3 "$out/tests.log"
-  timeout ${PROBE_S:-200} python3 scripts/probe_qmatvec.py --dtypes Q4_0 Q8_0 Q6_K --variants auto packed packed:64:4 \
+  timeout ${PROBE_S:-200} python3 -m kbench.probes qmatvec --dtypes Q4_0 Q8_0 Q6_K --variants auto packed packed:64:4 \
     packed:128:2 packed:128:4 packed:128:8 packed:256:4 packed:256:8 packed:512:4 packedw:128:8 packedw:128:16 \
     packedw:256:16 packedw:256:32 > "$out/probe_qmatvec_packed.log" 2>&1
   tail -24 "$out/probe_qmatvec_packed.log"
@@ -74,9 +74,9 @@ elif [ "$what" = packed ]; then
   tail -6 "$out/bench.log"
 else
   mkdir -p "$out/q" "$out/v"
-  for p in scripts/probe_matmul.py scripts/probe_qmatvec.py; do
-    [ -f "$p" ] && timeout 170 python3 "$p" > "$out/$(basename "$p" .py).log" 2>&1
-    [ -f "$p" ] && tail -40 "$out/$(basename "$p" .py).log"
+  for p in matmul qmatvec; do
+    timeout 170 python3 -m kbench.probes "$p" > "$out/probe_$p.log" 2>&1
+    tail -40 "$out/probe_$p.log"
   done
   # the new kernels through the bench, with the peer in the same run
   mkdir -p "$out/k"
@@ -90,9 +90,9 @@ else
     -k "add[size=16777216]" -k "matmul[m=1024" -k "kp_mult[size=16777216]" > "$out/queues.log" 2>&1
   tail -4 "$out/queues.log"
   # the driver's instance-cycle limit, and fd/thread growth across Manager cycles
-  timeout 100 python3 scripts/probe_lifetimes.py --cycles 100 --raw-instances 60 > "$out/lifetimes.log" 2>&1
+  timeout 100 python3 -m kbench.probes lifetimes --cycles 100 --raw-instances 60 > "$out/lifetimes.log" 2>&1
   tail -3 "$out/lifetimes.log"
-  KBENCH_VALIDATION=0 timeout ${TESTS_S:-150} python3 -m pytest tests/test_runtime_kompute.py tests/test_runtime_fixes.py \
+  KBENCH_VALIDATION=0 timeout ${TESTS_S:-150} python3 -m pytest tests/test_runtime_kompute.py tests/test_runtime_semantics.py \
     tests/test_runtime_lifetimes.py tests/test_runtime_device.py tests/test_vulkan_backend.py tests/test_reductions.py \
     tests/test_qmatvec_kernels.py -q -rs -p no:cacheprovider > "$out/tests.log" 2>&1
   tail -4 "$out/tests.log"

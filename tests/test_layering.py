@@ -24,8 +24,10 @@ ALLOWED: dict[str, set[str]] = {
     "kbench.bench": {"kbench", "kbench.backend", "kbench.cases", "kbench.foreign", "kbench.quant",
                      "kbench.results", "kbench.runtime", "kbench.shaders"},
     "kbench.report": {"kbench", "kbench.results", "kbench.quant"},
+    "kbench.probes": {"kbench.backend", "kbench.bench", "kbench.cases", "kbench.quant", "kbench.results",
+                      "kbench.runtime", "kbench.shaders"},
     "kbench.cli": {"kbench", "kbench.bench", "kbench.cases", "kbench.report", "kbench.results",
-                   "kbench.shaders", "kbench.foreign"},
+                   "kbench.shaders", "kbench.foreign", "kbench.probes"},
     "kbench.__main__": {"kbench.cli"},
     "kbench": set(),
 }

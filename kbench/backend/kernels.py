@@ -107,9 +107,8 @@ def _pow2_ceil(n: int) -> int:
 def _team_lanes(n_rows: int, rows: int, units: int) -> int:
     """Lanes per row team for the fast and packed quantized matvec kernels: about 512k
     invocations in all, one team per workgroup, so the 14336 short rows of a 14336 x 4096 matrix
-    get 128 lanes a team and the 4096 long rows of 4096 x 14336 get 256 (H200, GPU timestamps at
-    full clock, 2026-12-03: the best or within 6% of the best of the probed shapes for
-    Q4_0/Q8_0/Q4_K/Q6_K with qmatvec_fast), no more lanes than the row has units."""
+    get 128 lanes a team and the 4096 long rows of 4096 x 14336 get 256 (the best probed shapes,
+    docs/kernel-choices.md), no more lanes than the row has units."""
     lanes = _pow2_floor(max(1, (512 << 10) // max(1, _ceil_div(n_rows, rows))))
     return max(32, min(256, lanes, _pow2_ceil(max(1, units))))
 
@@ -260,8 +259,8 @@ class KernelPolicy:
 
     # -- matmul ----------------------------------------------------------------------------------
     # fp32 (shaders/matmul.comp): matmul_tile = (BM, BN, BK, TM, TN[, GROUP_M]).  GPUs get
-    # 128x128x8 blocks of 8x8 outputs per invocation (256 invocations; BK 8 beat BK 16 on the H200,
-    # 38.9 vs 32.8 TFLOP/s at 4096^3), CPU drivers 64x64x16
+    # 128x128x8 blocks of 8x8 outputs per invocation (256 invocations; BK 8 beats BK 16, see
+    # docs/kernel-choices.md), CPU drivers 64x64x16
     # blocks of 4x4, where large register tiles only spill.  The slices are double-buffered where
     # two fit in shared memory; GROUP_M block rows sweep the columns together (L2 reuse).
     MATMUL_GPU_TILE = (128, 128, 8, 8, 8)
@@ -537,8 +536,8 @@ class KernelPolicy:
         if fast:
             return self._qmatvec_fast(dtype, n_cols, n_rows)
         units = n_cols // qmatvec_unit(dtype)
-        # measured on an H200 (GPU timestamps, 14336 x 4096): 4 rows per workgroup, 32
-        # invocations for the 32-element formats, 64 for the K formats, 128 for F16/BF16/F32
+        # 4 rows per workgroup, 32 invocations for the 32-element formats, 64 for the K formats,
+        # 128 for F16/BF16/F32: the fastest probed (docs/kernel-choices.md)
         cap = 128 if dtype.block_elems == 1 else 64 if dtype in _K_FORMATS else 32
         wg = min(self.wg, cap, max(32, _pow2_ceil(units)))
         wg = _pow2_floor(min(wg, self.max_invocations))
@@ -590,17 +589,15 @@ class KernelPolicy:
     #: whether the automatic choice stages weights through shared memory where it can
     QMATVEC_STAGED = False
     #: whether the automatic choice of the fast kernel takes its integer-dot variant (where the
-    #: device has shaderIntegerDotProduct). H200, probe_qmatvec at a 1980 MHz SM clock: 1-9% faster
-    #: than exact fp32 decoding. (Bench runs that looked slower had the dot kernels at 810-1700 MHz:
-    #: the qmatvec cases are host-bound and the clock never boosted; see each record's clocks.)
+    #: device has shaderIntegerDotProduct): faster than exact fp32 decoding at a held clock
+    #: (docs/kernel-choices.md)
     QMATVEC_DOT = True
     #: the automatic choice keeps exact fp32 decoding below this many weights: small products
     #: are bound by latency, not decoding, and a few rows' NMSE is one row's relative error,
     #: which x's 16-bit quantization can push past 1e-8 where a row's sum nearly cancels
     QMATVEC_DOT_MIN_ELEMS = 1 << 20
-    #: how the integer-dot kernels get quantized x: "dispatch" (qmatvec_xq first; H200 probe
-    #: 2026-12-03: 5-20% faster than exact fp32 decoding for Q4_0/Q8_0/Q4_K, even for Q6_K) or
-    #: "lane" (in registers, per unit; correct on lavapipe, not yet timed on a GPU)
+    #: how the integer-dot kernels get quantized x: "dispatch" (qmatvec_xq first, the faster one
+    #: measured, docs/kernel-choices.md) or "lane" (in registers, per unit; not yet timed on a GPU)
     QMATVEC_XQ = "dispatch"
 
     # -- packed weights (shaders/qmatvec_pack.comp, qmatvec_packed.comp) ---------------------------

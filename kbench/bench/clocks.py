@@ -96,7 +96,7 @@ class SmClock:
 class ClockKeeper:
     """Keeps a GPU out of its idle clocks while the host prepares the next measurement.
 
-    Measured on an H200 under Vulkan (scripts/probe_h200.py, NVML sampling every 2 ms): after
+    Measured on an H200 under Vulkan (kbench probe h200, NVML sampling every 2 ms): after
     about 0.5 s without work the SM clock falls from 1980 to 345 MHz, and under sustained large
     kernels it takes about 5.5 s to come back; at 345 MHz a three-stream kernel such as a 1 GiB
     add runs at 1.86 TB/s instead of 4.4 TB/s. So while a case generates inputs, computes its

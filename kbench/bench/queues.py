@@ -75,17 +75,6 @@ def queue_configs(props: dict[str, Any]) -> list[QueueConfig]:
     return out
 
 
-def pick_configs(props: dict[str, Any], names: list[str] | None) -> list[QueueConfig]:
-    """The configurations called `names` (all when None/empty); ValueError for unknown names."""
-    configs = queue_configs(props)
-    if not names or names == ["all"]:
-        return configs
-    unknown = [n for n in names if n not in QUEUE_CONFIGS]
-    if unknown:
-        raise ValueError(f"unknown queue configuration {', '.join(unknown)}; choose from {', '.join(QUEUE_CONFIGS)} or all")
-    return [c for c in configs if c.name in names]
-
-
 def parse_queue_configs(text: str | None) -> list[str] | None:
     """'single,async' -> ['single', 'async']; 'all' -> every configuration; None or '' -> None
     (the mode's default). ValueError for unknown names."""

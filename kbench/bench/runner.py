@@ -165,7 +165,7 @@ class Runner:
     """Runs one `kbench validate` or `kbench bench`."""
 
     def __init__(self, options: RunOptions, progress: Progress | None = None):
-        self.o = options
+        self.options = options
         self.progress = progress or _Quiet()
         self.summary = expect.Summary()
         self.files: list[Path] = []
@@ -190,12 +190,12 @@ class Runner:
 
     # -- planning ---------------------------------------------------------------------------------
     def devices(self) -> list[dict[str, Any]]:
-        return select_devices(self.plan[0][0].devices(), self.o.devices)
+        return select_devices(self.plan[0][0].devices(), self.options.devices)
 
     def _config_names(self) -> list[str]:
-        if self.o.queue_configs:
-            return list(self.o.queue_configs)
-        return list(QUEUE_CONFIGS) if self.o.mode == "validate" else ["single"]
+        if self.options.queue_configs:
+            return list(self.options.queue_configs)
+        return list(QUEUE_CONFIGS) if self.options.mode == "validate" else ["single"]
 
     @staticmethod
     def _instances_for(config: str, insts: list[Any]) -> list[Any]:
@@ -235,7 +235,7 @@ class Runner:
         names = self._config_names() if not impl.peer else ["single"]
         configs = [c for c in impl.configs(props) if c.name in names]
         missing = [n for n in names if n not in [c.name for c in configs]]
-        for n in (missing if self.o.queue_configs and not impl.peer else []):
+        for n in (missing if self.options.queue_configs and not impl.peer else []):
             self.progress.note(f"{props.get('device_name')}: queue configuration {n} not available for the {impl.backend} backend")
         available = []
         for c in configs:
@@ -244,24 +244,24 @@ class Runner:
                 self.summary.notes.append(f"{props.get('device_name')}: {c.name} not generated: {c.unsupported}")
             else:
                 available.append(c)
-        with RunWriter(self.o.out_dir, self._provenance(impl, props)) as writer:
+        with RunWriter(self.options.out_dir, self._provenance(impl, props)) as writer:
             self.files.append(writer.path)
             for c in configs:
                 if c.unsupported:  # kept in the results, so a report shows what was not run
-                    writer.write(case_record("queue_config", {"name": c.name}, mode=self.o.mode,
+                    writer.write(case_record("queue_config", {"name": c.name}, mode=self.options.mode,
                                              status="unsupported", reason=c.unsupported,
                                              queue_config=c.name, queues=[], layer="runner"))
             peaks: dict[str, float] = {}
             for n, c in enumerate(available):
                 chosen = self._instances_for(c.name, insts)
                 # peaks once per device, in its first configuration
-                peak_names = list(impl.peaks) if (self.o.mode == "bench" and self.o.peaks and n == 0) else []
+                peak_names = list(impl.peaks) if (self.options.mode == "bench" and self.options.peaks and n == 0) else []
                 if not chosen and not peak_names:
                     continue
                 self._run_config(writer, impl, props, c, chosen, peak_names, peaks)
 
     def _max_bytes(self, props: dict[str, Any]) -> int | None:
-        return self.o.max_bytes if self.o.max_bytes is not None else default_max_bytes(props, self.o.mode)
+        return self.options.max_bytes if self.options.max_bytes is not None else default_max_bytes(props, self.options.mode)
 
     def _run_config(self, writer: Any, impl: Implementation, props: dict[str, Any], config: QueueConfig,
                     insts: list[Any], peak_names: list[str], peaks: dict[str, float]) -> None:
@@ -272,14 +272,14 @@ class Runner:
         # the configuration and each instance's case and parameters (literal_eval keeps tuples)
         job = {
             "implementation": impl.job(), "props": props, "queue_config": asdict(config),
-            "mode": self.o.mode, "seed": self.o.seed, "max_bytes": self._max_bytes(props),
-            "policy": None if self.o.policy is None else self.o.policy.__dict__,
+            "mode": self.options.mode, "seed": self.options.seed, "max_bytes": self._max_bytes(props),
+            "policy": None if self.options.policy is None else self.options.policy.__dict__,
             "cases": {i.case_id: [i.case.name, repr(dict(i.params))] for i in insts},
         }
         by_id = {i.case_id: i for i in insts}
         self._by_id = by_id
         driver, device = str(props.get("driver_name", "")), str(props.get("device_name", ""))
-        context = {"queue_config": config.name, "queues": [], "mode": self.o.mode}
+        context = {"queue_config": config.name, "queues": [], "mode": self.options.mode}
 
         def on_record(rec: dict[str, Any]) -> None:
             if rec.get("kind") == "peak":
@@ -322,7 +322,7 @@ class Runner:
 
     def _error_record(self, cid: str, reason: str) -> dict[str, Any]:
         inst = self._by_id.get(cid)
-        return case_error(cid, self.o.mode, reason, params=dict(inst.params) if inst else {},
+        return case_error(cid, self.options.mode, reason, params=dict(inst.params) if inst else {},
                           layer=inst.case.layer if inst else "peak")
 
     def _drive(self, job: dict[str, Any], ids: list[str], peak_ids: set[str], on_record, on_ready) -> None:
@@ -353,19 +353,19 @@ class Runner:
             assert proc.stdin is not None
             proc.stdin.write(json.dumps(job, default=str).encode())
             proc.stdin.close()
-            deadline = time.monotonic() + max(OPEN_TIMEOUT_S, self.o.timeout)
+            deadline = time.monotonic() + max(OPEN_TIMEOUT_S, self.options.timeout)
             while True:
                 line = reader.readline(deadline)
                 if line is None:  # deadline passed
                     self._kill(proc)
                     if current is not None:
                         on_record(self._error_record(current, (
-                            f"timed out after {self.o.timeout:g} s (per-case limit --timeout); the worker was "
+                            f"timed out after {self.options.timeout:g} s (per-case limit --timeout); the worker was "
                             f"killed and the run went on with the next case")))
                         remaining.remove(current)
                         return False
                     for cid in list(remaining):
-                        on_record(self._error_record(cid, f"the device did not open within {max(OPEN_TIMEOUT_S, self.o.timeout):g} s"))
+                        on_record(self._error_record(cid, f"the device did not open within {max(OPEN_TIMEOUT_S, self.options.timeout):g} s"))
                     remaining.clear()
                     return True
                 if line == "":  # worker exited
@@ -392,10 +392,10 @@ class Runner:
                 if kind == "ready":
                     ready = True
                     on_ready(event)
-                    deadline = time.monotonic() + self.o.timeout
+                    deadline = time.monotonic() + self.options.timeout
                 elif kind == "start":
                     current = event.get("case_id")
-                    deadline = time.monotonic() + self.o.timeout
+                    deadline = time.monotonic() + self.options.timeout
                 elif kind == "result":
                     rec = event["record"]
                     cid = rec.get("peak") or rec.get("case_id")
@@ -404,7 +404,7 @@ class Runner:
                     if cid in remaining:
                         remaining.remove(cid)
                     current = None
-                    deadline = time.monotonic() + self.o.timeout
+                    deadline = time.monotonic() + self.options.timeout
                 elif kind == "open_failed":
                     for cid in list(remaining):
                         on_record(self._error_record(cid, f"could not open the device: {event.get('reason')}"))
@@ -449,7 +449,7 @@ class Runner:
                 devices = peer.devices()
             except Exception as exc:  # noqa: BLE001 - recorded as the reason, the run goes on
                 ok, why = False, f"{type(exc).__name__}: {exc}"
-        insts = peer.instances(self.o.mode, self.o.patterns)
+        insts = peer.instances(self.options.mode, self.options.patterns)
         if ok and peer.drive is not None:
             try:
                 self._run_external(peer, insts)
@@ -463,13 +463,13 @@ class Runner:
         from kbench.results import RunWriter
 
         why = why or "no device"
-        with RunWriter(self.o.out_dir, self._provenance(peer, None)) as writer:
+        with RunWriter(self.options.out_dir, self._provenance(peer, None)) as writer:
             self.files.append(writer.path)
             self.progress.note(f"peer {peer.name} unavailable: {why}")
             self.summary.notes.append(f"peer {peer.name} unavailable: {why}")
             self.progress.begin(len(insts), f"{peer.name} (unavailable)")
             for inst in insts:
-                rec = case_record(inst.case.name, inst.params, case_id=inst.case_id, mode=self.o.mode,
+                rec = case_record(inst.case.name, inst.params, case_id=inst.case_id, mode=self.options.mode,
                                   status="unsupported", reason=f"peer {peer.name} unavailable: {why}",
                                   queue_config="single", queues=[], layer=inst.case.layer, peer=True)
                 rec = writer.write(rec)
@@ -483,12 +483,12 @@ class Runner:
         devices = self.devices()
         props = devices[0] if devices else None
         self.progress.begin(len(insts), peer.name)
-        name, records = peer.drive(self.o.mode, insts, props, self.o.timeout)
+        name, records = peer.drive(self.options.mode, insts, props, self.options.timeout)
         prov = collect_provenance(props, peer.backend, name)
         prov.update(peer.header())
-        with RunWriter(self.o.out_dir, prov) as writer:
+        with RunWriter(self.options.out_dir, prov) as writer:
             self.files.append(writer.path)
-            if self.o.mode == "validate" and records:
+            if self.options.mode == "validate" and records:
                 self.progress.begin(len(records), f"{name} (its own test mode)")
             for rec in records:
                 rec = self._write(writer, rec)

@@ -103,7 +103,7 @@ class Instance:
     Managers take the process's shared instance (:meth:`acquire`) rather than one each: the
     NVIDIA driver (580 on an H200) fails every vkCreateInstance of a process with
     VK_ERROR_INCOMPATIBLE_DRIVER after about 30 create/destroy cycles, and other users of that
-    driver report corrupted subgroup invocation ids after about 11 (scripts/probe_lifetimes.py
+    driver report corrupted subgroup invocation ids after about 11 (kbench probe lifetimes
     reproduces the first). ``KBENCH_SHARED_INSTANCE=0`` gives each Manager its own again."""
 
     _shared: dict[bool, "Instance"] = {}

@@ -1,10 +1,9 @@
-#!/usr/bin/env python3
 """Probe kbench's matmul kernels on one Vulkan device: tile variants of the fp32 SGEMM
 (shaders/matmul.comp) and of the fp16 cooperative-matrix matmul (shaders/matmul_coop.comp), with
 PyTorch's fp32 (TF32 off) and fp16 matmul beside them when CUDA is there.
 
-    python3 scripts/probe_matmul.py            # on the GPU: 4096^3 and 8192^3, about a minute
-    python3 scripts/probe_matmul.py --small    # tiny sizes (lavapipe / CI smoke test)
+    kbench probe matmul            # on the GPU: 4096^3 and 8192^3, about a minute
+    kbench probe matmul --small    # tiny sizes (lavapipe / CI smoke test)
 
 Each variant is timed with GPU timestamps (VulkanBackend.measure_gpu_ns: one op per sample, warm-up
 first, median of --repeats), and checked on a few sampled rows against float64 NumPy (fp16: of the
@@ -28,11 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kbench.backend import VulkanBackend  # noqa: E402
-from kbench.backend.kernels import KernelPolicy  # noqa: E402
-from kbench.bench.timing import settle  # noqa: E402
+from kbench.backend import VulkanBackend
+from kbench.backend.kernels import KernelPolicy
+from kbench.bench.timing import settle
 
 FP32_TILES = [
     KernelPolicy.MATMUL_GPU_TILE + (KernelPolicy.MATMUL_GPU_GROUP_M,),  # the GPU default

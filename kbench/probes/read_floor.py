@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The read floor of quantized_matmul on this device: how fast can any kernel read the weight
 bytes of one call, with a barrier after every call (issue 7's 0.7x-copy target)?
 
@@ -12,8 +11,8 @@ Also timed: the same reads without barriers (each call its own output), an empty
 with a barrier (the fixed cost per call), and a 256 MiB copy (the copy bandwidth the target is
 a fraction of).  GPU timestamps; the GPU is kept busy for --warm-s first.
 
-    python3 scripts/probe_read_floor.py            # the H200 run (about 20 s)
-    python3 scripts/probe_read_floor.py --small    # lavapipe smoke run
+    kbench probe read_floor            # the H200 run (about 20 s)
+    kbench probe read_floor --small    # lavapipe smoke run
 """
 
 from __future__ import annotations
@@ -22,13 +21,11 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import kbench.runtime as kp  # noqa: E402
+import kbench.runtime as kp
 
 READ = """
 #version 450

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Look for resources the runtime leaks across create/destroy cycles on the real driver.
 
 Counts this process's open file descriptors, threads and resident memory before and after
@@ -9,7 +8,7 @@ here as fds that grow with the cycle count. Then, with --raw-instances, it cycle
 vkCreateInstance/vkDestroyInstance (what Managers did before they shared the process's
 instance) and reports the cycle at which the driver refuses (NVIDIA 580: about 30).
 
-    python3 scripts/probe_lifetimes.py --cycles 200 --raw-instances 100
+    kbench probe lifetimes --cycles 200 --raw-instances 100
 """
 
 from __future__ import annotations
@@ -18,14 +17,12 @@ import argparse
 import os
 import resource
 import sys
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import kbench.runtime as kp  # noqa: E402
-from kbench.runtime.device import Instance  # noqa: E402
+import kbench.runtime as kp
+from kbench.runtime.device import Instance
 
 
 def usage() -> dict:

@@ -1,7 +1,7 @@
 """Diagnostics for issue 7 on the H200 (device tool): the large-buffer slowdown and the
 dispatch round trip, with the SM clock sampled through NVML while the work runs.
 
-    python3 scripts/probe_h200.py [--out DIR] [--small]
+    kbench probe h200 [--out DIR] [--small]
 
 Sections (each prints one compact table):
 - large: per-call GPU time (timestamps) of add / silu / copy over 1 GiB buffers through the

@@ -1,4 +1,5 @@
-"""The Kompute defects kbench.runtime fixes (see kompute-api.md), each checked in numbers."""
+"""What the runtime guarantees where Kompute falls short (see kompute-api.md): asynchronous eval, timestamps,
+push-constant and queue checks, automatic barriers, staging, distinct errors; each checked in numbers."""
 from __future__ import annotations
 
 import time

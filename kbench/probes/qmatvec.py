@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Time quantized_matmul kernel variants (GPU timestamps) and check them against float64.
 
 For Q4_0, Q8_0, Q4_K, Q6_K at 14336x4096 and 4096x14336 (n_rows x n_cols) and each variant
@@ -12,9 +11,9 @@ Each variant's output is checked against the float64 product of kbench.quant.deq
 With torch.cuda present it also times torch.mv on float16 weights (rotating buffers too,
 CUDA events).
 
-    python3 scripts/probe_qmatvec.py                 # the H200 run (about a minute)
-    python3 scripts/probe_qmatvec.py --small         # quick run on lavapipe / any device
-    python3 scripts/probe_qmatvec.py --variants generic auto fast:32:4:4 fast:128:2:1:tree
+    kbench probe qmatvec                 # the H200 run (about a minute)
+    kbench probe qmatvec --small         # quick run on lavapipe / any device
+    kbench probe qmatvec --variants generic auto fast:32:4:4 fast:128:2:1:tree
 
 A variant spec is generic | auto | fast:LANES:ROWS[:TEAMS[:subgroup|tree]] (one pass over
 the row, narrow loads, exact fp32 decoding) | dot:LANES:ROWS[:TEAMS[:subgroup|tree]] (the same
@@ -35,15 +34,13 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kbench.backend import VulkanBackend  # noqa: E402
-from kbench.backend.kernels import KernelPolicy  # noqa: E402
-from kbench.quant import DType, dequantize, quantize, row_bytes  # noqa: E402
+from kbench.backend import VulkanBackend
+from kbench.backend.kernels import KernelPolicy
+from kbench.quant import DType, dequantize, quantize, row_bytes
 
 DTYPES = [DType.Q4_0, DType.Q8_0, DType.Q4_K, DType.Q6_K]
 SHAPES = [(14336, 4096), (4096, 14336)]

@@ -4,7 +4,7 @@ Separates the two halves of a staged transfer: the host copy between a NumPy arr
 host-visible memory (1..16 threads), and the GPU's DMA between that memory and device memory (GPU
 timestamps); then times OpTensorSyncDevice/OpTensorSyncLocal end to end with the host clock.
 
-    python scripts/probe_transfer.py [--mib 256] [--repeats 5]
+    kbench probe transfer [--mib 256] [--repeats 5]
 """
 from __future__ import annotations
 
