@@ -1,4 +1,4 @@
-"""The `kbench` command: devices, validate, bench, report, compare (and cases).
+"""The `kbench` command: devices, validate, bench, peaks, report, compare (and cases).
 
 A thin front: `validate` and `bench` run the case declarations (kbench.cases) through the runner
 (kbench.bench.runner), the same code the pytest suites in suites/ call; `report` and `compare`
@@ -17,14 +17,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from kbench.bench.implementations import main_kinds, peer_kinds
+from kbench.console import device_tables, make_progress
 
 EXIT_OK, EXIT_FAILURES, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 #: where a user's runs go unless --out says otherwise (ignored by git; results/ holds the committed runs)
 USER_RUNS = "runs"
-
-STATUS_STYLE = {"pass": "green", "xfail": "yellow", "unsupported": "cyan", "fail": "bold red", "error": "bold magenta"}
-
 
 class UsageError(Exception):
     """A bad option value found after parsing (unknown device, bad size, ...)."""
@@ -56,86 +54,6 @@ def queue_config_list(text: str) -> list[str] | None:
         return parse_queue_configs(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-# ------------------------------------------------------------------------------------ progress
-
-class TextProgress:
-    """Plain progress for logs (no terminal): one line per configuration and per problem."""
-
-    def __init__(self, stream=None, verbose: bool = False):
-        self.stream, self.verbose = stream or sys.stderr, verbose
-        self.total = self.done = 0
-        self.label = ""
-
-    def begin(self, total: int, label: str) -> None:
-        self.total, self.done, self.label = total, 0, label
-        print(f"kbench: {label}: {total} case(s)", file=self.stream, flush=True)
-
-    def advance(self, record: dict[str, Any]) -> None:
-        self.done += 1
-        status = record.get("status")
-        if self.verbose or status in ("fail", "error") or record.get("unexpected_pass"):
-            extra = " (unexpected pass)" if record.get("unexpected_pass") else ""
-            reason = f": {record.get('reason')}" if record.get("reason") and status != "pass" else ""
-            print(f"  [{self.done}/{self.total}] {status}{extra} {record.get('case_id')}{reason}",
-                  file=self.stream, flush=True)
-
-    def note(self, text: str) -> None:
-        print(f"kbench: {text}", file=self.stream, flush=True)
-
-    def end(self) -> None:
-        pass
-
-
-class RichProgress:
-    """A rich progress bar on a terminal, with failures printed above it."""
-
-    def __init__(self, verbose: bool = False):
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.console = Console(stderr=True)
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), TextColumn("{task.fields[last]}"), console=self.console,
-                            transient=False)
-        self.task = None
-        self.verbose = verbose
-        self.bar.start()
-
-    def begin(self, total: int, label: str) -> None:
-        if self.task is not None:
-            self.bar.update(self.task, last="")
-        self.task = self.bar.add_task(label, total=total, last="")
-
-    def advance(self, record: dict[str, Any]) -> None:
-        status = record.get("status", "")
-        cid = record.get("case_id", "")
-        self.bar.update(self.task, advance=1, last=f"{status} {cid}"[:60])
-        if self.verbose or status in ("fail", "error") or record.get("unexpected_pass"):
-            style = STATUS_STYLE.get(status, "")
-            extra = " (unexpected pass)" if record.get("unexpected_pass") else ""
-            reason = f": {record.get('reason')}" if status != "pass" and record.get("reason") else ""
-            self.console.print(f"[{style}]{status}[/]{extra} {cid}{reason}", markup=True, highlight=False)
-
-    def note(self, text: str) -> None:
-        self.console.print(f"kbench: {text}", highlight=False)
-
-    def end(self) -> None:
-        if self.task is not None:
-            self.bar.update(self.task, last="")
-        self.bar.stop()
-
-
-def make_progress(quiet: bool, verbose: bool):
-    if quiet:
-        return None
-    if sys.stderr.isatty():
-        try:
-            return RichProgress(verbose)
-        except ImportError:
-            pass
-    return TextProgress(verbose=verbose)
 
 
 # ------------------------------------------------------------------------------------ commands
@@ -235,7 +153,7 @@ def _run_mode(args: argparse.Namespace, mode: str) -> int:
         raise UsageError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - no loader, no driver: say so instead of a traceback
         raise UsageError(f"cannot list the {args.backend} devices: {type(exc).__name__}: {exc}") from None
-    runner.progress = make_progress(args.quiet, args.verbose) or runner.progress
+    runner.progress = make_progress(args.quiet, args.verbose, every_case=(mode == "bench")) or runner.progress
     result = runner.run()
     print_summary(result, mode)
     if result.interrupted:
@@ -243,11 +161,9 @@ def _run_mode(args: argparse.Namespace, mode: str) -> int:
     return EXIT_OK if result.summary.ok else EXIT_FAILURES
 
 
-def _timer_checks(files: Any) -> list[str]:
-    """kbench.report.truth's cross-checks over the records this run wrote."""
+def _written_records(files: Any) -> list[dict[str, Any]]:
+    """The records this run wrote (unreadable files skipped: the summary still prints)."""
     import json
-
-    from kbench.report.truth import timer_checks
 
     recs = []
     for path in files:
@@ -256,6 +172,13 @@ def _timer_checks(files: Any) -> list[str]:
                 recs.extend(json.loads(line) for line in f)
         except (OSError, ValueError):
             continue
+    return recs
+
+
+def _timer_checks(recs: list[dict[str, Any]]) -> list[str]:
+    """kbench.report.truth's cross-checks over the records this run wrote."""
+    from kbench.report.truth import timer_checks
+
     return timer_checks(recs)
 
 
@@ -279,12 +202,49 @@ def print_summary(result: Any, mode: str, stream=None) -> None:
         if len(s.new_failures) > 20:
             print(f"    ... and {len(s.new_failures) - 20} more (see the results file)", file=stream)
     if mode == "bench":
-        for line in _timer_checks(result.files):
+        recs = _written_records(result.files)
+        for title, table in device_tables(recs):
+            print(f"\n{title}\n{table}\n", file=stream)
+        for line in _timer_checks(recs):
             print(f"  timer check: {line}", file=stream)
     for path in result.files:
         print(f"  results: {path}", file=stream)
     if result.interrupted:
         print("  interrupted: the results finished so far are in the files above", file=stream)
+
+
+def cmd_peaks(args: argparse.Namespace) -> int:
+    """`kbench peaks`: measure each device's peaks (as vkpeak does), print each as it is measured,
+    then a table (or --format json); the run is written to --out like a bench run's."""
+    from kbench.bench.peaks import PEAKS
+    from kbench.bench.runner import RunOptions, Runner
+    from kbench.console import TextProgress, peak_table
+
+    try:
+        options = RunOptions(mode="bench", backend="vulkan", devices=args.device, out_dir=Path(args.out),
+                             timeout=args.timeout, cases=False, peaks=True)
+        runner = Runner(options, None)
+        runner.devices()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - no loader, no driver: say so instead of a traceback
+        raise UsageError(f"cannot list the vulkan devices: {type(exc).__name__}: {exc}") from None
+    as_json = args.format == "json"
+    if not (as_json or args.quiet):
+        runner.progress = TextProgress(every_case=True)
+    result = runner.run()
+    recs = [r for r in _written_records(result.files) if r.get("kind") == "peak" or r.get("layer") == "peak"]
+    if as_json:
+        import json
+
+        print(json.dumps([{k: r.get(k) for k in ("device_name", "driver_name", "peak", "case_id", "value", "unit",
+                                                 "status", "reason", "params") if r.get(k) is not None}
+                          for r in recs], indent=1))
+    else:
+        print(peak_table(recs, {p.name: p.description for p in PEAKS}))
+        for path in result.files:
+            print(f"results: {path}")
+    return EXIT_INTERRUPTED if result.interrupted else EXIT_OK
 
 
 def cmd_delegate(name: str, argv: list[str]) -> int:
@@ -385,6 +345,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="aim for samples of at least MS milliseconds (default 20 on GPUs, 2 on CPU devices)")
     p.add_argument("--samples", type=int, metavar="N", help="samples per case (default 7 on GPUs, 3 on CPU devices)")
 
+    p = sub.add_parser("peaks", help="measure each device's peaks: copy bandwidth, FMA, matrix and int8-dot "
+                                     "rates, dispatch latency, transfers (the denominators of % of peak)")
+    p.add_argument("--device", "-d", metavar="SPEC", help="only the devices SPEC names (see validate --help)")
+    p.add_argument("--out", "-o", default=USER_RUNS, metavar="DIR", help=f"directory for the run (default {USER_RUNS}/)")
+    p.add_argument("--timeout", type=positive_float, default=300.0, metavar="SECONDS", help="time limit per peak")
+    p.add_argument("--format", choices=("table", "json"), default="table", help="table (default) or json")
+    p.add_argument("--quiet", action="store_true", help="no line per peak while measuring, only the table")
+
     p = sub.add_parser("cases", help="list the case ids (what -k selects from)")
     p.add_argument("--mode", choices=("validate", "bench"), default="validate")
     p.add_argument("-k", "--cases", action="append", metavar="PATTERN")
@@ -414,6 +382,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_devices(args)
         if args.command == "cases":
             return cmd_cases(args)
+        if args.command == "peaks":
+            return cmd_peaks(args)
         return cmd_run(args, args.command)
     except UsageError as exc:
         print(f"kbench {args.command}: error: {exc}", file=sys.stderr)

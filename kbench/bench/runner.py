@@ -76,6 +76,8 @@ class RunOptions:
     seed: int = 0
     peer: str | None = None
     peaks: bool = True
+    #: False: no cases, the device's peaks alone (`kbench peaks`)
+    cases: bool = True
     policy: TimingPolicy | None = None
     #: a kernel declaration file (or a shipped set's name) and the source tree it refers to: run
     #: the declared third-party kernels instead of kbench's own (kbench.foreign)
@@ -178,7 +180,8 @@ class Runner:
         else:
             mains = [resolve(options.backend)]
         #: (implementation, its planned instances): what the run is of, then its peers
-        self.plan = [(impl, impl.instances(options.mode, options.patterns)) for impl in mains]
+        self.plan = [(impl, impl.instances(options.mode, options.patterns) if options.cases else [])
+                     for impl in mains]
         peer_args = {"binary": str(options.ggml_bin)} if options.peer == "ggml" and options.ggml_bin else {}
         self.peers = [resolve(options.peer, **peer_args)] if options.peer else []
         self._by_id: dict[str, Any] = {}
@@ -285,8 +288,7 @@ class Runner:
             if rec.get("kind") == "peak":
                 peaks[rec["peak"]] = float(rec["value"])
                 rec = {k: v for k, v in rec.items()}
-                writer.write(rec)
-                self.progress.advance({"status": "pass", "case_id": rec["peak"]})
+                self.progress.advance(writer.write(rec))
                 return
             for key, value in context.items():
                 rec.setdefault(key, value)

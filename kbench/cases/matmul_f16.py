@@ -93,5 +93,5 @@ MATMUL_F16 = Case(
     footprint=_bytes,
     largest_buffer=lambda p: max(2 * int(p["m"]) * int(p["k"]), 2 * int(p["k"]) * int(p["n"]),
                                  4 * int(p["m"]) * int(p["n"])),
-    peak="fp16_fma",
+    peak="coopmat_fp16",
 )

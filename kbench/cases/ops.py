@@ -551,7 +551,7 @@ COPY_BUFFER = Case(
     validate_sizes=_sizes("size", COPY_SIZES_VALIDATE), bench_sizes=_sizes("size", COPY_SIZES_BENCH),
     ops=("copy_buffer",), comparison="exact",
     bytes_moved=lambda p: 2 * int(p["size"]), footprint=lambda p: 2 * int(p["size"]),
-    largest_buffer=lambda p: int(p["size"]), peak="copy_bandwidth",
+    largest_buffer=lambda p: int(p["size"]), peak="buffer_copy",
 )
 
 
@@ -582,7 +582,7 @@ COPY_BUFFER_OFFSET = Case(
     ops=("copy_buffer_offset",), comparison="exact",
     bytes_moved=lambda p: 2 * int(p["size"]), footprint=lambda p: 2 * int(p["size"]) + int(p["src_off"]) + int(p["dst_off"]),
     largest_buffer=lambda p: int(p["size"]) + max(int(p["src_off"]), int(p["dst_off"])) + GUARD_BYTES,
-    peak="copy_bandwidth",
+    peak="buffer_copy",
 )
 
 

@@ -166,7 +166,8 @@ def cases_only(df: pd.DataFrame) -> pd.DataFrame:
 
 def peak_unit(name: str, gbps: float = math.nan, gflops: float = math.nan) -> str:
     if name in PEAK_UNITS:
-        return PEAK_UNITS[name]
+        # integer-op peaks (GOP/s) judge the cases' "gflops" figures, which count those ops
+        return COMPUTE_UNIT if PEAK_UNITS[name] == "GOP/s" else PEAK_UNITS[name]
     if "latency" in name:
         return "ns"
     if gflops and not math.isnan(gflops) and gflops > 0:

@@ -74,6 +74,9 @@ PEAK_UNITS = {
     "peak.d2h": "GB/s",
     "peak.fp32_fma": "GFLOP/s",
     "peak.fp16_fma": "GFLOP/s",
+    "peak.buffer_copy": "GB/s",
+    "peak.coopmat_fp16": "GFLOP/s",
+    "peak.int8_dot": "GOP/s",  # integer multiplies and adds; a case's "gflops" counts them the same way
     "peak.dispatch_latency": "ns",
 }
 
