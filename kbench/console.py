@@ -138,12 +138,12 @@ class _Lines:
                   or (self.every_case and rec.get("mode") == "bench"))
         ratio = None
         ns = median_ns(rec) if status == "pass" else None
-        cid = str(rec.get("case_id", ""))
+        cid, device = str(rec.get("case_id", "")), str(rec.get("device_name") or self.device)
         if ns and rec.get("mode") == "bench":
             if rec.get("implementation", "kbench") == "kbench":
-                self.kbench_ns.setdefault((self.device, cid), ns)
+                self.kbench_ns.setdefault((device, cid), ns)
             else:
-                ours = self.kbench_ns.get((self.device, cid))
+                ours = self.kbench_ns.get((device, cid))
                 ratio = ns / ours if ours else None
         return case_line(rec, ratio) if wanted else None
 

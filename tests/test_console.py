@@ -42,7 +42,7 @@ def test_text_progress_prints_every_bench_case_and_peak_and_the_peer_ratio():
     p.begin(3, "GPU A [single]")
     p.advance({"kind": "peak", "peak": "peak.copy_bandwidth", "unit": "GB/s", "value": 3000.0})
     p.advance(_rec(median=2.0e6))
-    p.begin(1, "GPU A [single]")  # the peer's run of the same device
+    p.begin(1, "GPU A torch-cuda [single]")  # the peer's run of the same device
     p.advance(_rec(median=3.0e6, implementation="torch-cuda"))
     text = out.getvalue()
     assert "peak.copy_bandwidth" in text and "3,000 GB/s" in text, text
