@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # One-time set-up of a fresh Debian (bookworm) machine, as root, from the repository root:
 # the Vulkan loader, lavapipe (Mesa's CPU Vulkan driver, so kbench runs without a GPU), glslang,
-# SPIRV-Tools and the Khronos validation layers from Debian; Python, a virtual environment in
+# SPIRV-Tools and the Khronos validation layers from Debian; Chromium (the report's screenshot test); Python, a virtual environment in
 # .venv with nox, and kbench itself. Safe to run again (it only adds what is missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(libvulkan1 mesa-vulkan-drivers vulkan-tools glslang-tools spirv-tools vulkan-validationlayers
-      python3 python3-venv python3-pip git ca-certificates)
+      python3 python3-venv python3-pip git ca-certificates
+      chromium)  # headless, for the test that screenshots the HTML report (tests/test_report_html.py)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -31,6 +31,9 @@ def _report_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=_TERMINAL_FORMATS, default="simple",
                    help="table format for terminal output (default: simple)")
     p.add_argument("--no-plots", action="store_true", help="skip the plots (faster)")
+    p.add_argument("--history", action="store_true",
+                   help="keep results of parameters an op no longer declares (default: a device's results of "
+                        "an op's current parameters replace its older ones)")
     return p
 
 
@@ -43,7 +46,7 @@ def report_main(argv: list[str]) -> int:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ResultsWarning)  # repeated in the report itself
                 index = write_report(args.runs, args.out, baseline=args.baseline,
-                                     reasons=args.reasons, plots=not args.no_plots)
+                                     reasons=args.reasons, plots=not args.no_plots, history=args.history)
             df = load_runs(args.runs)
             for note in df.attrs.get("warnings", []):
                 print(f"warning: {note}", file=sys.stderr)
@@ -55,10 +58,13 @@ def report_main(argv: list[str]) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ResultsWarning)
             df = load_runs(args.runs)
+        if not args.history:
+            df = tables.current_only(df)
         for note in df.attrs.get("warnings", []):
             print(f"warning: {note}", file=sys.stderr)
         base = tables.resolve_baseline(prepare(df), args.baseline)
-        sections = [("Devices", tables.devices_table(df)),
+        sections = [("Summary", tables.summary_table(df, base)),
+                    ("Devices", tables.devices_table(df)),
                     ("Correctness", tables.correctness_matrix(df, reasons=args.reasons, baseline=base)),
                     ("Failures and errors", tables.failures_table(df)),
                     ("Performance", tables.performance_matrix(df, base)),

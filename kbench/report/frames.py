@@ -6,6 +6,7 @@ the time a row is judged by, throughput, measured peaks and the peak a case is m
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kbench.results.records import IMPLEMENTATION_OF_BACKEND
 from kbench.results.schema import PEAK_UNITS
 
 STATUS_ORDER = {"pass": 1, "xfail": 2, "unsupported": 3, "error": 4, "fail": 5}
@@ -80,13 +82,19 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     run's kernel options, ``variant``, where it had any)."""
     out = df.copy()
     if out.empty:
-        for name in ("device", "time_ns", "timer", "gbps_calc", "gflops_calc", "rel_spread", "row", "variant"):
+        for name in ("device", "time_ns", "timer", "gbps_calc", "gflops_calc", "rel_spread", "row", "variant",
+                     "implementation"):
             out[name] = pd.Series(dtype=object)
         return out
     out["variant"] = column(out, "variant").map(_text)
     out["backend"] = implementation_axis(out)
     labels = device_labels(out)
-    out["device"] = [labels[(k, b)] for k, b in zip(out["device_key"], out["backend"])]
+    # the implementation axis: a kernel set other than its backend's own (a foreign set on Vulkan)
+    # gets a column of its own beside kbench's on the same device
+    impl = column(out, "implementation").map(_text)
+    out["implementation"] = [i or IMPLEMENTATION_OF_BACKEND.get(b, b) for i, b in zip(impl, out["backend"])]
+    out["device"] = [labels[(k, b)] + ("" if i == IMPLEMENTATION_OF_BACKEND.get(b, b) else f" ({i})")
+                     for k, b, i in zip(out["device_key"], out["backend"], out["implementation"])]
     gpu = numeric(out, "gpu_ns.median")
     host = numeric(out, "host_ns.median")
     out["time_ns"] = gpu.where(gpu.notna(), host)
@@ -235,6 +243,20 @@ def _positive(value: Any) -> float:
     return v if v > 0 else 0.0  # NaN compares False, so it lands here too
 
 
+@functools.lru_cache(maxsize=None)
+def declared_peak(case: str) -> str:
+    """The peak the case's current declaration is judged by ("peak.coopmat_fp16" for matmul_f16),
+    or "": a record written under an older declaration is judged like a new one."""
+    from kbench.bench.peaks import PEAK_OF_CASE
+    from kbench.cases import get_case
+
+    try:
+        peak = get_case(case).peak
+    except (KeyError, ValueError):
+        return ""
+    return PEAK_OF_CASE[peak][0] if peak in PEAK_OF_CASE else ""
+
+
 def throughput_kind(record: Mapping[str, Any], peaks: PeakTable) -> tuple[str, str | None]:
     """(unit, peak name) a bench record is judged by.
 
@@ -245,7 +267,8 @@ def throughput_kind(record: Mapping[str, Any], peaks: PeakTable) -> tuple[str, s
     f16 and that peak was measured, else fp32). A case without FLOPs is judged in GB/s.
     """
     name = _text(record.get("peak_name"))
-    if name:
+    if name:  # a record judged under an older declaration is judged like a new one
+        name = declared_peak(_text(record.get("case"))) or name
         unit = peak_unit(name)
         return (unit if unit in (BANDWIDTH_UNIT, COMPUTE_UNIT) else BANDWIDTH_UNIT), name
     key, backend = record["device_key"], record["backend"]

@@ -1,4 +1,5 @@
-"""Report plots (matplotlib, Agg backend): a roofline per device and throughput bars per case.
+"""Report plots (matplotlib, Agg backend): a roofline per device, throughput bars per op family
+(and per case, ``case_bar_plots``).
 
 Roofline: each benchmarked case with FLOPs sits at x = arithmetic intensity (FLOPs / bytes moved)
 and y = achieved GFLOP/s, under the ceilings min(peak FLOP/s, intensity x peak bandwidth) drawn
@@ -72,9 +73,12 @@ def roofline_plots(df: pd.DataFrame, out_dir: str | Path) -> dict[str, list[Path
                 bandwidth.append((r["row"], gbps))
         if not compute and not bandwidth:
             continue
+        # stacked panels: a roofline with its legend beside it, then the bandwidth bars
         panels = int(bool(compute)) + int(bool(bandwidth))
-        fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.8), squeeze=False)
-        axes = list(axes[0])
+        heights = ([4.8] if compute else []) + ([max(2.5, 0.22 * len(bandwidth) + 1.2)] if bandwidth else [])
+        fig, axes = plt.subplots(panels, 1, figsize=(10, sum(heights)), squeeze=False,
+                                 gridspec_kw={"height_ratios": heights})
+        axes = list(axes[:, 0])
         bw_peak = device_peaks.get("peak.copy_bandwidth")
         if compute:
             _draw_roofline(axes.pop(0), compute, device_peaks, bw_peak)
@@ -105,9 +109,14 @@ def _draw_roofline(ax, points, device_peaks, bw_peak) -> None:
     for name, value in ceilings:
         roof = np.minimum(value, grid * bw_peak[0]) if bw_peak and bw_peak[0] > 0 else np.full_like(grid, value)
         ax.plot(grid, roof, lw=1.5, label=f"{name.removeprefix('peak.')} {value:.4g} GFLOP/s")
-    for row, x, y in points:
-        ax.scatter([x], [y], s=18, zorder=3)
-        ax.annotate(row, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    # one colour and marker per op, named in the legend: per-point case ids would pile up into
+    # an unreadable block where sizes of one op sit close together
+    ops = list(dict.fromkeys(str(row).split("[")[0] for row, _, _ in points))
+    markers = "osD^v<>ph*"
+    for i, op in enumerate(ops):
+        mine = [(x, y) for row, x, y in points if str(row).split("[")[0] == op]
+        ax.scatter([p[0] for p in mine], [p[1] for p in mine], s=22, zorder=3, marker=markers[i % len(markers)],
+                   color=plt.cm.tab10(i % 10), label=f"{op} ({len(mine)})")
     ax.set_xscale("log")
     ax.set_yscale("log")
     # minor-tick labels on a short log axis overlap each other
@@ -121,7 +130,7 @@ def _draw_roofline(ax, points, device_peaks, bw_peak) -> None:
         ax.set_title("roofline (ceilings from measured peaks)", fontsize=9)
     ax.grid(True, which="major", alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc="best")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
 
 
 def _draw_bandwidth(ax, bars, bw_peak) -> None:
@@ -130,6 +139,8 @@ def _draw_bandwidth(ax, bars, bw_peak) -> None:
     pos = np.arange(len(bars))
     ax.barh(pos, values, color="tab:blue")
     ax.set_yticks(pos, labels, fontsize=7)
+    if _spans_decades(values):
+        ax.set_xscale("log")
     ax.invert_yaxis()
     ax.set_xlabel("achieved GB/s (bytes moved / median GPU time)")
     if bw_peak and bw_peak[0] > 0:
@@ -139,6 +150,70 @@ def _draw_bandwidth(ax, bars, bw_peak) -> None:
     else:
         ax.set_title("cases without FLOPs: bandwidth (no measured copy bandwidth)", fontsize=9)
     ax.grid(True, axis="x", alpha=0.3)
+
+
+def _spans_decades(values) -> bool:
+    """True when the positive values span more than a factor of ten (a linear axis would hide
+    the small ones, a CPU driver's bars next to a GPU's)."""
+    vals = [float(v) for v in values if v and float(v) > 0 and not math.isnan(float(v))]
+    return len(vals) > 1 and max(vals) / min(vals) > 10
+
+
+#: op families: one figure each; an op not listed here is a family of its own
+FAMILIES = {
+    "elementwise": ("add", "element_mul", "silu", "kp_mult"),
+    "reductions": ("softmax", "rms_norm"),
+    "attention": ("attention", "attn_score", "attn_value", "rope"),
+    "matmul": ("matmul", "matmul_f16"),
+    "quantized_matmul": ("quantized_matmul",),
+    "copies": ("copy_buffer", "copy_buffer_offset", "kp_copy"),
+    "transfers": ("copy_roundtrip", "kp_sync"),
+}
+
+
+def family_of(case: str) -> str:
+    return next((name for name, ops in FAMILIES.items() if case in ops), case)
+
+
+def family_plots(df: pd.DataFrame, out_dir: str | Path, baseline: str | None = None) -> dict[str, list[Path]]:
+    """One horizontal bar chart per op family: a bar per case and device, in the family's unit
+    when all its rows share one (GB/s or GFLOP/s, higher is better), else median time; the
+    figure grows with its rows (never wider than a page) and takes a log axis where the values
+    span more than a decade."""
+    out_dir = Path(out_dir)
+    long = performance_long(df, baseline)
+    if long.empty:
+        return {}
+    long = long.assign(family=long["case"].map(lambda c: family_of(str(c))))
+    devices_all = device_order(prepare(df), baseline)
+    written: dict[str, list[Path]] = {}
+    for family, part in long.groupby("family", sort=False):
+        units = set(part["unit"])
+        by_throughput = len(units) == 1 and next(iter(units)) in (BANDWIDTH_UNIT, COMPUTE_UNIT) \
+            and part["throughput"].notna().all()
+        unit = next(iter(units)) if by_throughput else "µs"
+        rows = list(dict.fromkeys(part["row"]))
+        devices = [d for d in devices_all if d in set(part["device"])]
+        height = 0.8 / max(1, len(devices))
+        fig, ax = plt.subplots(figsize=(10, 1.4 + len(rows) * max(0.28, 0.16 * len(devices))))
+        y = np.arange(len(rows))
+        values_all = []
+        for i, device in enumerate(devices):
+            mine = part[part["device"] == device].set_index("row")
+            vals = [(mine.at[r, "throughput"] if by_throughput else mine.at[r, "time_ns"] / 1e3)
+                    if r in mine.index else 0.0 for r in rows]
+            values_all += vals
+            ax.barh(y + (i - (len(devices) - 1) / 2) * height, vals, height, label=device, color=plt.cm.tab10(i % 10))
+        ax.set_yticks(y, rows, fontsize=7)
+        ax.invert_yaxis()
+        if _spans_decades(values_all):
+            ax.set_xscale("log")
+        ax.set_xlabel(f"{unit} (higher is better)" if by_throughput else "median time, µs (lower is better)")
+        ax.set_title(f"{family}: {'throughput' if by_throughput else 'time'} per device", fontsize=10)
+        ax.grid(True, axis="x", which="both", alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+        written[str(family)] = _save(fig, out_dir, f"family-{slug(str(family), 48)}")
+    return written
 
 
 def case_bar_plots(df: pd.DataFrame, out_dir: str | Path, baseline: str | None = None) -> dict[str, list[Path]]:
@@ -168,6 +243,8 @@ def case_bar_plots(df: pd.DataFrame, out_dir: str | Path, baseline: str | None =
             ax.bar(x + (i - (len(devices) - 1) / 2) * width, vals, width, label=device)
         ax.set_xticks(x, [r.removeprefix(str(case)) or str(case) for r in rows], rotation=30,
                       ha="right", fontsize=7)
+        if _spans_decades(part["throughput"] if by_throughput else part["time_ns"]):
+            ax.set_yscale("log")
         ax.set_ylabel(f"{unit} (higher is better)" if by_throughput else "median time, µs (lower is better)")
         ax.set_title(f"{case}: {'throughput' if by_throughput else 'time'} per device", fontsize=10)
         ax.grid(True, axis="y", alpha=0.3)
@@ -176,4 +253,4 @@ def case_bar_plots(df: pd.DataFrame, out_dir: str | Path, baseline: str | None =
     return written
 
 
-__all__ = ["case_bar_plots", "roofline_plots"]
+__all__ = ["case_bar_plots", "family_plots", "roofline_plots"]

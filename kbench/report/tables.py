@@ -26,7 +26,7 @@ KEY_FEATURES = ("float16", "float64", "int8", "int16", "int64", "storage_buffer_
                 "storage_buffer_16bit", "subgroup_arithmetic", "subgroup_shuffle",
                 "integer_dot_product", "cooperative_matrix")
 # "variant": runs with non-default kernel options (the run header's backend_options) stay apart
-_RESULT_KEYS = ["device_key", "backend", "case_id", "queue_config", "mode", "variant"]
+_RESULT_KEYS = ["device_key", "backend", "implementation", "case_id", "queue_config", "mode", "variant"]
 
 
 def _ordered(values: Iterable[str]) -> list[str]:
@@ -191,7 +191,7 @@ def performance_long(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFr
         fraction, source, peak_value = math.nan, "", math.nan
         if peak is not None and peak[1] == unit and peak[0] > 0 and not _isnan(value):
             peak_value, fraction, source = peak[0], value / peak[0], "measured"
-        elif not _isnan(r.get("peak_fraction")):
+        elif not _isnan(r.get("peak_fraction")) and _text(r.get("peak_name")) in ("", peak_name or ""):
             # no measured peak in these results: keep what the run computed itself
             fraction, source = float(r["peak_fraction"]), "recorded"
             peak_name = _text(r.get("peak_name")) or peak_name
@@ -377,3 +377,65 @@ def failures_table(df: pd.DataFrame, statuses: Iterable[str] = ("fail", "error")
         "where": [f"{s}:{n}" for s, n in zip(column(data, "source"), column(data, "source_line"))],
     })
     return out.sort_values(["device", "case_id", "queue_config", "mode"]).reset_index(drop=True)
+
+
+# ----------------------------------------------------------------------------- summary
+
+def current_only(df: pd.DataFrame) -> pd.DataFrame:
+    """Leave out the records of old parameters: where a device (and implementation) has results
+    of an op's currently declared cases, its results of that op's parameters that are no longer
+    declared drop out. Ops without any current result (and peaks, runner records) stay."""
+    if df.empty or "case_id" not in df.columns:
+        return df
+    from kbench.cases import instances
+
+    ids = {i.case_id for mode in ("validate", "bench") for i in instances(mode)}
+    cid = column(df, "case_id").map(_text)
+    case = column(df, "case").map(_text)
+    impl = column(df, "implementation").map(_text)
+    who = list(zip(column(df, "device_key").map(_text), column(df, "backend").map(_text), impl, case))
+    is_case = (df["kind"] == "case").to_numpy()
+    current = cid.isin(ids).to_numpy()
+    has_current = {w for w, c, k in zip(who, current, is_case) if c and k}
+    keep = [not k or c or w not in has_current for w, c, k in zip(who, current, is_case)]
+    out = df[keep]
+    out.attrs = dict(df.attrs)
+    return out
+
+
+#: the column the summary puts side by side; "implementation" would compare kernel sets instead
+SUMMARY_AXIS = "device"
+
+
+def summary_table(df: pd.DataFrame, baseline: str | None = None, shared_only: bool = True) -> pd.DataFrame:
+    """Per op and size (single queue, default kernels): each column's figure (GB/s or GFLOP/s) and
+    % of its measured peak, and the winner (shortest median time: the work is the same). With
+    ``shared_only``, only the sizes that at least two columns ran (when there are two or more)."""
+    long = performance_long(df, baseline)
+    cols = ["op", "size"]
+    if long.empty:
+        return pd.DataFrame(columns=cols + ["winner"])
+    long = long[(long["queue_config"] == "single") & (long["row"] == long["case_id"])]
+    axis = list(dict.fromkeys(d for d in device_order(prepare(df), baseline) if d in set(long[SUMMARY_AXIS])))
+    rows = []
+    for case_id, part in long.groupby("case_id", sort=False):
+        cells, times = {}, {}
+        for r in part.to_dict("records"):
+            who = r[SUMMARY_AXIS]
+            figure = (format_number(r["throughput"], r["unit"]) if not _isnan(r["throughput"])
+                      else format_time(r["time_ns"]))
+            if not _isnan(r["peak_fraction"]):
+                figure += f" · {100 * r['peak_fraction']:.0f}%"
+            cells[who], times[who] = figure, r["time_ns"]
+        if shared_only and len(axis) > 1 and len(cells) < 2:
+            continue
+        name, _, params = str(case_id).partition("[")
+        row = {"op": name, "size": params.rstrip("]")}
+        row.update({who: cells.get(who, "") for who in axis})
+        row["winner"] = min(times, key=times.get) if len(times) > 1 else ""
+        rows.append(row)
+    out = pd.DataFrame(rows, columns=cols + axis + ["winner"])
+    if out.empty:
+        return out
+    rank = {c: i for i, c in enumerate(dict.fromkeys(long["case"]))}
+    return out.sort_values("op", key=lambda s: s.map(lambda c: rank.get(c, len(rank))), kind="stable").reset_index(drop=True)
