@@ -6,8 +6,10 @@
 
 The tests are generated from the case declarations (kbench.cases) and run through the same
 `kbench.bench.execute.run_instance` as `kbench validate|bench`; `--kbench-out` writes every
-result as a kbench results file (one run per device). Test ids are
-``<device index>-<queue configuration>-<case id>``, so pytest's ``-k`` selects cases.
+result as a kbench results file (one run per device). Test ids are the case ids
+(``add[size=1048576]``, with ``-async`` for another queue configuration and ``-dev1`` when
+several devices run), so pytest's ``-k`` selects cases; tests on a GPU carry the ``gpu`` marker,
+bench cases of 256 MiB and more ``slow`` (``-m "not slow"``).
 """
 
 from __future__ import annotations
@@ -46,8 +48,18 @@ def _devices(config: pytest.Config) -> list[dict[str, Any]]:
         return []
 
 
+#: a bench case whose data passes this many bytes is marked slow (the 256M-element and 1 GiB sizes)
+SLOW_BYTES = 256 << 20
+
+
+def _test_id(props: dict[str, Any], qc_name: str, case_id: str, devices: int) -> str:
+    """``add[size=1048576]``, with ``-async`` for a queue configuration other than single and
+    ``-dev1`` when several devices are tested."""
+    return case_id + ("" if qc_name == "single" else f"-{qc_name}") + (f"-dev{props.get('index', 0)}" if devices > 1 else "")
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "kbench_case" not in metafunc.fixturenames:
+    if "kbench_id" not in metafunc.fixturenames:
         return
     from kbench.bench.devices import configs_for
     from kbench.bench.queues import parse_queue_configs
@@ -59,16 +71,33 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if names is None:
         names = ["single", "multi_queue", "multi_family", "async"] if mode == "validate" else ["single"]
     backend = config.getoption("--kbench-backend")
-    params, ids = [], []
-    for props in _devices(config):
+    devices = _devices(config)
+    # the parameter is a short string (the test id): pytest-benchmark stores it as the param
+    # text; the device, configuration and instance behind it stay in this registry
+    registry = config.stash.setdefault(_CASES, {})
+    params = []
+    for props in devices:
+        gpu = "gpu" in str(props.get("device_type", "")).lower()
         for qc in configs_for(backend, props):
             if qc.name not in names or qc.unsupported:
                 continue
             layers = ["runtime"] if qc.name in ("multi_queue", "multi_family") else None
             for inst in instances(mode, config.getoption("--kbench-cases") or None, layers=layers):
-                params.append((props, qc, inst))
-                ids.append(f"{props.get('index', 0)}-{qc.name}-{inst.case_id}")
-    metafunc.parametrize("kbench_case", params, ids=ids)
+                key = _test_id(props, qc.name, inst.case_id, len(devices))
+                registry[key] = (props, qc, inst)
+                marks = ([pytest.mark.gpu] if gpu else []) + \
+                        ([pytest.mark.slow] if mode == "bench" and (inst.bytes_moved or 0) >= SLOW_BYTES else [])
+                params.append(pytest.param(key, id=key, marks=marks))
+    metafunc.parametrize("kbench_id", params)
+
+
+_CASES = pytest.StashKey[dict]()
+
+
+@pytest.fixture
+def kbench_case(request: pytest.FixtureRequest, kbench_id: str) -> tuple[dict[str, Any], Any, Any]:
+    """(device properties, queue configuration, case instance) of the test's id."""
+    return request.config.stash[_CASES][kbench_id]
 
 
 class _Session:

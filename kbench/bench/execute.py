@@ -140,8 +140,13 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
 
 
 def run_instance(inst: Instance, target: Target, mode: str = "validate", *, seed: int = 0,
-                 policy: TimingPolicy | None = None, max_bytes: int | None = None) -> dict[str, Any]:
+                 policy: TimingPolicy | None = None, max_bytes: int | None = None,
+                 samples: dict[str, list[float]] | None = None) -> dict[str, Any]:
     """Check `inst` on every lane of `target` (and time it when mode == "bench").
+
+    ``samples``, when given, receives the timed samples themselves (ns per call: "gpu" where GPU
+    timestamps were read, and "host"), which the record only summarises (the pytest suite hands
+    them to pytest-benchmark).
 
     Returns a case record (see results/SCHEMA.md) with status pass / fail / unsupported / error.
     `max_bytes` None means default_max_bytes (a cap for bench on CPU devices only).
@@ -189,7 +194,7 @@ def run_instance(inst: Instance, target: Target, mode: str = "validate", *, seed
             return rec
         rec.update(status="pass", reason="")
         if mode == "bench":
-            _time(inst, target, states, rec, policy)
+            _time(inst, target, states, rec, policy, samples)
         return rec
     except KeyboardInterrupt:
         raise
@@ -293,7 +298,7 @@ def _sequence_gpu_samples(inst: Instance, lane: Lane, state: Any, repeats: int,
 
 
 def _time(inst: Instance, target: Target, states: list[tuple[Lane, Any]], rec: dict[str, Any],
-          policy: TimingPolicy | None) -> None:
+          policy: TimingPolicy | None, samples: dict[str, list[float]] | None = None) -> None:
     case, params = inst.case, inst.params
     policy = policy or default_policy(target)
 
@@ -336,6 +341,10 @@ def _time(inst: Instance, target: Target, states: list[tuple[Lane, Any]], rec: d
         if keeper is not None:
             keeper.resume()
     rec["host_ns"] = stats(host, repeats)
+    if samples is not None:
+        samples["host"] = [float(t) for t in host]
+        if gpu:
+            samples["gpu"] = [float(t) for t in gpu]
     if gpu:
         rec["gpu_ns"] = stats(gpu, repeats)
         median = rec["gpu_ns"]["median"]

@@ -66,7 +66,9 @@ def _md(section: Section, out_dir: Path) -> str:
 
 
 def _toc(sections: list[Section]) -> str:
-    return "**Contents:** " + " · ".join(f"[{s.title}](#{s.anchor})" for s in sections) + "\n"
+    # inline HTML links: GitHub and Python-Markdown both render them, and index.md's Markdown
+    # links stay those of files in the folder (plots, SVGs)
+    return "**Contents:** " + " · ".join(f'<a href="#{s.anchor}">{html.escape(s.title)}</a>' for s in sections) + "\n"
 
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:76em;padding:0 1em;line-height:1.4}
@@ -154,7 +156,7 @@ def write_report(runs_paths: Iterable[str | Path] | str | Path, out_dir: str | P
         Section("Summary", "Per op and size, each device's figure (GB/s or GFLOP/s, as the op is judged) and "
                 "its % of that device's *measured* peak; the winner has the shortest median time (same work). "
                 "Only sizes that two or more devices ran (a CPU driver stops at 16 MiB); every size is under "
-                "[Performance](#performance).", table=summary, empty_note="no passing benchmark records"),
+                "<a href=\"#performance\">Performance</a>.", table=summary, empty_note="no passing benchmark records"),
         Section("How to read this report", HOW_TO_READ),
         Section("Devices", "Identity, supported features and measured peaks (`kbench peaks`) of each device "
                 "column.", table=_devices_by_row(devices), empty_note="no devices"),
