@@ -247,8 +247,22 @@ def cmd_peaks(args: argparse.Namespace) -> int:
     return EXIT_INTERRUPTED if result.interrupted else EXIT_OK
 
 
+def _report_catalogue() -> None:
+    """Hand the current case declarations to the report layer (which reads results only): the
+    case ids they generate and the peak each case is judged by."""
+    from kbench.bench.peaks import PEAK_OF_CASE
+    from kbench.cases import ALL_CASES, instances
+    from kbench.report import catalogue
+
+    ids = {i.case_id for mode in ("validate", "bench") for i in instances(mode)}
+    peaks = {c.name: PEAK_OF_CASE[c.peak][0] for c in ALL_CASES if c.peak in PEAK_OF_CASE}
+    catalogue.use(ids, peaks)
+
+
 def cmd_delegate(name: str, argv: list[str]) -> int:
     from kbench.report import cli as report_cli
+
+    _report_catalogue()
 
     fn = report_cli.report_main if name == "report" else report_cli.compare_main
     try:

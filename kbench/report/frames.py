@@ -6,7 +6,6 @@ the time a row is judged by, throughput, measured peaks and the peak a case is m
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -243,18 +242,12 @@ def _positive(value: Any) -> float:
     return v if v > 0 else 0.0  # NaN compares False, so it lands here too
 
 
-@functools.lru_cache(maxsize=None)
 def declared_peak(case: str) -> str:
-    """The peak the case's current declaration is judged by ("peak.coopmat_fp16" for matmul_f16),
-    or "": a record written under an older declaration is judged like a new one."""
-    from kbench.bench.peaks import PEAK_OF_CASE
-    from kbench.cases import get_case
+    """The peak the case's current declaration is judged by ("peak.coopmat_fp16" for matmul_f16)
+    where `kbench report` handed the declarations in (kbench.report.catalogue), else ""."""
+    from .catalogue import current
 
-    try:
-        peak = get_case(case).peak
-    except (KeyError, ValueError):
-        return ""
-    return PEAK_OF_CASE[peak][0] if peak in PEAK_OF_CASE else ""
+    return current().peaks.get(case, "")
 
 
 def throughput_kind(record: Mapping[str, Any], peaks: PeakTable) -> tuple[str, str | None]:

@@ -384,12 +384,13 @@ def failures_table(df: pd.DataFrame, statuses: Iterable[str] = ("fail", "error")
 def current_only(df: pd.DataFrame) -> pd.DataFrame:
     """Leave out the records of old parameters: where a device (and implementation) has results
     of an op's currently declared cases, its results of that op's parameters that are no longer
-    declared drop out. Ops without any current result (and peaks, runner records) stay."""
-    if df.empty or "case_id" not in df.columns:
-        return df
-    from kbench.cases import instances
+    declared drop out. Ops without any current result (and peaks, runner records) stay. The
+    declared ids come from kbench.report.catalogue (set by `kbench report`); without them, all stay."""
+    from .catalogue import current
 
-    ids = {i.case_id for mode in ("validate", "bench") for i in instances(mode)}
+    ids = current().case_ids
+    if df.empty or "case_id" not in df.columns or not ids:
+        return df
     cid = column(df, "case_id").map(_text)
     case = column(df, "case").map(_text)
     impl = column(df, "implementation").map(_text)
