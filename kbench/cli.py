@@ -71,6 +71,9 @@ def cmd_devices(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001 - no loader, no driver: say so instead of a traceback
         raise UsageError(f"cannot list the {args.backend} devices: {type(exc).__name__}: {exc}") from None
     if args.json:
+        print("kbench devices: --json is deprecated; use --format json", file=sys.stderr)
+        args.format = "json"
+    if args.format == "json":
         import json
 
         from kbench.results.schema import to_json_value
@@ -101,7 +104,14 @@ _KEY_FEATURES = ("float64", "int64", "int16", "float16", "int8", "storage_buffer
 def cmd_cases(args: argparse.Namespace) -> int:
     from kbench.cases import instances
 
-    for inst in instances(args.mode, args.cases or None):
+    insts = instances(args.mode, args.cases or None)
+    if args.format == "json":
+        import json
+
+        print(json.dumps([{"case_id": i.case_id, "case": i.case.name, "params": dict(i.params), "layer": i.case.layer}
+                          for i in insts], indent=1, default=str))
+        return EXIT_OK
+    for inst in insts:
         print(inst.case_id)
     return EXIT_OK
 
@@ -342,7 +352,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("devices", help="list the Vulkan devices (vendor, driver, API, queue families, features)")
     p.add_argument("--device", "-d", metavar="SPEC", help="only the devices SPEC names (see validate --help)")
     p.add_argument("--backend", choices=main_kinds(), default="vulkan")
-    p.add_argument("--json", action="store_true", help="full device properties as JSON")
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="table (default) or json (full device properties)")
+    p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # deprecated: --format json
     p.add_argument("--all-features", action="store_true", help="list every supported feature")
 
     p = sub.add_parser("validate", help="correctness suite: every case against its float64 reference")
@@ -369,6 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("cases", help="list the case ids (what -k selects from)")
     p.add_argument("--mode", choices=("validate", "bench"), default="validate")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="one id per line (default) or json")
     p.add_argument("-k", "--cases", action="append", metavar="PATTERN")
 
     for name, text in (("report", "tables and plots from results (kbench report --help)"),

@@ -66,7 +66,11 @@ class SmClock:
             self.why = f"no clock interface for vendor {props.get('vendor_name', vendor)}"
             return
         try:
-            import pynvml
+            import pynvml  # nvidia-ml-py: pip install 'kbench[nvml]'
+        except ImportError:
+            self.why = "NVML bindings not installed (pip install 'kbench[nvml]', i.e. nvidia-ml-py)"
+            return
+        try:
 
             pynvml.nvmlInit()
             if pynvml.nvmlDeviceGetCount() != 1:

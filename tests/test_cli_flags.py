@@ -1,0 +1,30 @@
+"""One flag name per meaning across the commands: --format json everywhere (--json kept on
+`kbench devices` as a deprecated alias)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kbench.cli import build_parser, main
+
+
+@pytest.mark.parametrize("command", ["devices", "cases", "peaks"])
+def test_every_listing_command_takes_format_json(command):
+    args = build_parser().parse_args([command, "--format", "json"])
+    assert args.format == "json"
+
+
+def test_cases_format_json_lists_ids_and_params(capsys):
+    assert main(["cases", "--format", "json", "-k", "add[size=1000]"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got == [{"case_id": "add[size=1000]", "case": "add", "params": {"size": 1000}, "layer": "backend"}], got
+
+
+def test_devices_json_is_a_deprecated_alias_of_format_json(capsys):
+    assert main(["devices", "--backend", "numpy", "--format", "json"]) == 0
+    new = capsys.readouterr().out
+    assert main(["devices", "--backend", "numpy", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == new and json.loads(new), "--json should print what --format json prints"
+    assert "deprecated" in captured.err and "--format json" in captured.err, captured.err
