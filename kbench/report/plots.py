@@ -119,6 +119,9 @@ def _draw_roofline(ax, points, device_peaks, bw_peak) -> None:
                    color=plt.cm.tab10(i % 10), label=f"{op} ({len(mine)})")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    # the bandwidth line ends where it would leave the chart's interesting part
+    top = max([v for _, v in ceilings] + [p[2] for p in points])
+    ax.set_ylim(top=top * 3)
     # minor-tick labels on a short log axis overlap each other
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
@@ -204,7 +207,9 @@ def family_plots(df: pd.DataFrame, out_dir: str | Path, baseline: str | None = N
                     if r in mine.index else 0.0 for r in rows]
             values_all += vals
             ax.barh(y + (i - (len(devices) - 1) / 2) * height, vals, height, label=device, color=plt.cm.tab10(i % 10))
-        ax.set_yticks(y, rows, fontsize=7)
+        ops = set(part["case"])
+        # a family of one op: its name once in the title, the sizes alone on the axis
+        ax.set_yticks(y, [r.removeprefix(next(iter(ops))) if len(ops) == 1 else r for r in rows], fontsize=7)
         ax.invert_yaxis()
         if _spans_decades(values_all):
             ax.set_xscale("log")
