@@ -119,7 +119,7 @@ def test_samples_hold_whole_cycles_of_a_rotating_case():
 
 
 def test_quantized_matmul_cycle_is_its_weight_copies():
-    from kbench.cases.ops import QUANTIZED_MATMUL, _qmm_copies
+    from kbench.cases.llm_ops import QUANTIZED_MATMUL, _qmm_copies
 
     p = {"n_rows": 14336, "n_cols": 4096, "rotate_mib": 256, "dtype": "Q4_0"}
     assert QUANTIZED_MATMUL.cycle(p) == _qmm_copies(p) == 9, "256 MiB of 33 MB Q4_0 copies is 9 copies"

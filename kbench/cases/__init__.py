@@ -1,8 +1,8 @@
 """The case database: one declaration per op or runtime operation (see kbench.cases.base).
 
 ``ALL_CASES`` holds every declared case; ``select`` filters them the way ``-k`` does.
-Adding an op means adding one `Case` to ``ops.py`` (or ``runtime_ops.py``): the suites, the
-benchmark runner and the reports pick it up from here.
+Adding an op means adding one `Case` to ``llm_ops.py`` (listed in ``ops.py``; runtime operations
+in ``runtime_ops.py``): the suites, the benchmark runner and the reports pick it up from here.
 """
 
 from __future__ import annotations

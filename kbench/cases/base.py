@@ -74,6 +74,10 @@ class Case:
     tolerance: float | Callable[[Params], float] = 1e-7
     #: "nmse", "exact" or "check", or a function of the params returning one of them
     comparison: str | Callable[[Params], str] = "nmse"
+    #: bytes of each buffer one call reads or writes, by the op's argument names (e.g.
+    #: ``{"a": 4*n, "b": 4*n, "out": 4*n}``): where given, `bytes_moved`, `footprint` and
+    #: `largest_buffer` left unset are derived from it (the sum, the sum, the largest)
+    buffers: Callable[[Params], Mapping[str, int]] | None = None
     bytes_moved: Callable[[Params], int] = _zero
     flops: Callable[[Params], int] = _zero
     features: Callable[[Params], tuple[str, ...]] = _no_features
@@ -104,6 +108,13 @@ class Case:
             )
         if not self.validate_sizes:
             raise ValueError(f"case {self.name!r}: needs at least one validate size")
+        if self.buffers is not None:
+            sizes = self.buffers
+            for name, derived in (("bytes_moved", lambda p: sum(sizes(p).values())),
+                                  ("footprint", lambda p: sum(sizes(p).values())),
+                                  ("largest_buffer", lambda p: max(sizes(p).values(), default=0))):
+                if getattr(self, name) is _zero:
+                    object.__setattr__(self, name, derived)
 
     def tolerance_for(self, params: Params) -> float:
         """The NMSE threshold for `params`."""
