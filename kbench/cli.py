@@ -394,6 +394,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `kbench` command; returns the exit status."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # the reader went away (`kbench cases | head -3`): stop quietly, as cat and grep do
+        _stdout_to_devnull()
+        return EXIT_OK
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so that the flush at interpreter exit does not raise again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # report/compare own their options: hand everything after the command word over untouched
     if argv and argv[0] in ("report", "compare"):

@@ -28,3 +28,15 @@ def test_devices_json_is_a_deprecated_alias_of_format_json(capsys):
     captured = capsys.readouterr()
     assert captured.out == new and json.loads(new), "--json should print what --format json prints"
     assert "deprecated" in captured.err and "--format json" in captured.err, captured.err
+
+
+def test_a_closed_pipe_ends_the_listing_quietly():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    # `true` exits at once: the listing writes into a closed pipe, as with `| head -3` on a long list
+    proc = subprocess.run(f"'{sys.executable}' -m kbench cases --mode validate | true", shell=True,
+                          capture_output=True, text=True, cwd=root, timeout=120)
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr

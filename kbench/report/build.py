@@ -77,7 +77,8 @@ h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.8em}
 .scroll{overflow-x:auto;margin-bottom:1.5em;max-width:100%}
 table{border-collapse:collapse;font-size:0.82em}
 td,th{border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top}
-th{background:#f0f0f0;position:sticky;top:0}td{max-width:28em;overflow-wrap:anywhere}
+th{background:#f0f0f0;position:sticky;top:0}td{max-width:28em;overflow-wrap:break-word}
+td:first-child{white-space:nowrap}
 .st-pass{background:#e6f4e6}.st-fail{background:#f8c8c8;font-weight:bold}
 .st-error{background:#f8dcb4;font-weight:bold}.st-unsupported{background:#e8e8e8;color:#555}
 .st-xfail{background:#f4f0d0}.st-notrun{color:#999}img{max-width:100%;height:auto}

@@ -431,7 +431,7 @@ def summary_table(df: pd.DataFrame, baseline: str | None = None, shared_only: bo
         if shared_only and len(axis) > 1 and len(cells) < 2:
             continue
         name, _, params = str(case_id).partition("[")
-        row = {"op": name, "size": params.rstrip("]")}
+        row = {"op": name, "size": params.rstrip("]").replace(",", ", ")}  # a space to wrap at
         row.update({who: cells.get(who, "") for who in axis})
         row["winner"] = min(times, key=times.get) if len(times) > 1 else ""
         rows.append(row)
