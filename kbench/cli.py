@@ -154,7 +154,9 @@ def _run_mode(args: argparse.Namespace, mode: str) -> int:
         runner = Runner(options, None)
         if not runner.instances:
             raise UsageError(f"no case matches -k {' '.join(args.cases or [])!r} in {mode} mode "
-                             f"(list them with: kbench cases --mode {mode})")
+                             f"(list them with: kbench cases --mode {mode}"
+                             + ("; the device's peaks alone: kbench peaks" if "peak" in " ".join(args.cases or []) else "")
+                             + ")")
     except (ValueError, ExpectationsError) as exc:
         raise UsageError(str(exc)) from None
     try:

@@ -38,6 +38,11 @@ def format_ns(ns: float | None) -> str:
     return f"{ns:.3g} ns"
 
 
+def percent(fraction: float) -> str:
+    """45%, and two digits below 1% (0.07%) so that a small fraction does not read as zero."""
+    return f"{100 * fraction:.0f}%" if fraction >= 0.01 else f"{100 * fraction:.2g}%"
+
+
 def format_spread(median: float, lo: float, hi: float) -> str:
     """``3.96 ms [3.91-4.04]``: min and max in the median's unit."""
     text = format_ns(median)
@@ -98,7 +103,7 @@ def case_line(rec: Mapping[str, Any], peer_ratio: float | None = None, width: in
             parts.append(rate)
         if rec.get("peak_fraction"):
             label = PEAK_LABELS.get(str(rec.get("peak_name")), str(rec.get("peak_name", "peak")))
-            parts.append(f"{100 * float(rec['peak_fraction']):.0f}% of {label}")
+            parts.append(f"{percent(float(rec['peak_fraction']))} of {label}")
         if peer_ratio:
             parts.append(f"kbench {peer_ratio:.2f}x this")
     elif status != "pass" and rec.get("reason"):
@@ -265,8 +270,8 @@ def _op_row(recs: list[Mapping[str, Any]], peers: Mapping[str, float]) -> list[A
     params = str(best.get("case_id", "")).partition("[")[2].rstrip("]")
     ratios = [peers[r["case_id"]] / median_ns(r) for r in passed if r.get("case_id") in peers]
     row += [f"{throughput_text(best) or format_ns(median_ns(best))}" + (f" ({params})" if params else ""),
-            f"{100 * max(fractions):.0f}%" if fractions else "",
-            f"{100 * statistics.median(fractions):.0f}%" if fractions else "",
+            percent(max(fractions)) if fractions else "",
+            percent(statistics.median(fractions)) if fractions else "",
             f"{math.exp(statistics.fmean(math.log(x) for x in ratios)):.2f}x" if ratios else ""]
     return row
 
