@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -35,14 +35,31 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--kbench-out", default=None, metavar="DIR", help="write every result to a results file in DIR")
     g.addoption("--kbench-expectations", action="append", default=[], metavar="FILE",
                 help="extra expectations TOML (known failures per driver and case)")
+    g.addoption("--kbench-kernels", default=None, metavar="FILE",
+                help="test third-party kernels declared in FILE (or a shipped set: yule) instead of kbench's "
+                     "own, one implementation per kernel group (docs/foreign-kernels.md)")
+    g.addoption("--kbench-source", default=None, metavar="DIR", help="the source tree --kbench-kernels refers to")
 
 
-def _devices(config: pytest.Config) -> list[dict[str, Any]]:
-    from kbench.bench.devices import enumerate_devices, select_devices
+def _implementations(config: pytest.Config) -> list[Any]:
+    """kbench's kernels on --kbench-backend, or one implementation per group of --kbench-kernels
+    (a bad declaration stops collection with its file:line reason)."""
+    from kbench.bench.devices import foreign_implementations
+    from kbench.bench.implementations import resolve
 
-    backend = config.getoption("--kbench-backend")
+    kernels = config.getoption("--kbench-kernels")
+    if kernels:
+        from kbench.foreign import declaration_path
+
+        return foreign_implementations(declaration_path(kernels), config.getoption("--kbench-source"))
+    return [resolve(config.getoption("--kbench-backend"))]
+
+
+def _devices(config: pytest.Config, impl: Any) -> list[dict[str, Any]]:
+    from kbench.bench.devices import select_devices
+
     try:
-        return select_devices(enumerate_devices(backend), config.getoption("--kbench-device"))
+        return select_devices(impl.devices(), config.getoption("--kbench-device"))
     except Exception as exc:  # noqa: BLE001 - no device: the suite collects nothing, says why
         warnings.warn(f"kbench: no device to test: {exc}")
         return []
@@ -52,51 +69,63 @@ def _devices(config: pytest.Config) -> list[dict[str, Any]]:
 SLOW_BYTES = 256 << 20
 
 
-def _test_id(props: dict[str, Any], qc_name: str, case_id: str, devices: int) -> str:
-    """``add[size=1048576]``, with ``-async`` for a queue configuration other than single and
-    ``-dev1`` when several devices are tested."""
-    return case_id + ("" if qc_name == "single" else f"-{qc_name}") + (f"-dev{props.get('index', 0)}" if devices > 1 else "")
+def _test_id(props: dict[str, Any], qc_name: str, case_id: str, devices: int, impl: str = "") -> str:
+    """``add[size=1048576]``, with ``-async`` for a queue configuration other than single,
+    ``-dev1`` when several devices are tested and ``-yule@1ef0762`` for a declared kernel set."""
+    return (case_id + ("" if qc_name == "single" else f"-{qc_name}")
+            + (f"-dev{props.get('index', 0)}" if devices > 1 else "") + (f"-{impl}" if impl else ""))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "kbench_id" not in metafunc.fixturenames:
         return
-    from kbench.bench.devices import configs_for
     from kbench.bench.queues import parse_queue_configs
-    from kbench.cases import instances
 
     mode = getattr(metafunc.module, "MODE", "validate")
     config = metafunc.config
     names = parse_queue_configs(config.getoption("--kbench-queue-config"))
     if names is None:
         names = ["single", "multi_queue", "multi_family", "async"] if mode == "validate" else ["single"]
-    backend = config.getoption("--kbench-backend")
-    devices = _devices(config)
     # the parameter is a short string (the test id): pytest-benchmark stores it as the param
-    # text; the device, configuration and instance behind it stay in this registry
+    # text; the implementation, device, configuration and instance behind it stay in this registry
     registry = config.stash.setdefault(_CASES, {})
     params = []
-    for props in devices:
-        gpu = "gpu" in str(props.get("device_type", "")).lower()
-        for qc in configs_for(backend, props):
-            if qc.name not in names or qc.unsupported:
-                continue
-            layers = ["runtime"] if qc.name in ("multi_queue", "multi_family") else None
-            for inst in instances(mode, config.getoption("--kbench-cases") or None, layers=layers):
-                key = _test_id(props, qc.name, inst.case_id, len(devices))
-                registry[key] = (props, qc, inst)
-                marks = ([pytest.mark.gpu] if gpu else []) + \
-                        ([pytest.mark.slow] if mode == "bench" and (inst.bytes_moved or 0) >= SLOW_BYTES else [])
-                params.append(pytest.param(key, id=key, marks=marks))
+    for impl in _implementations(config):
+        devices = _devices(config, impl)
+        planned = impl.instances(mode, config.getoption("--kbench-cases") or None)
+        for props in devices:
+            gpu = "gpu" in str(props.get("device_type", "")).lower()
+            for qc in impl.configs(props):
+                if qc.name not in names or qc.unsupported:
+                    continue
+                multi = qc.name in ("multi_queue", "multi_family")
+                for inst in planned:
+                    if multi and inst.case.layer != "runtime":
+                        continue
+                    key = _test_id(props, qc.name, inst.case_id, len(devices), impl.label)
+                    registry[key] = SuiteCase(props, qc, inst, impl)
+                    marks = ([pytest.mark.gpu] if gpu else []) + \
+                            ([pytest.mark.slow] if mode == "bench" and (inst.bytes_moved or 0) >= SLOW_BYTES else [])
+                    params.append(pytest.param(key, id=key, marks=marks))
     metafunc.parametrize("kbench_id", params)
+
+
+class SuiteCase(NamedTuple):
+    """What one generated test runs: a case instance of an implementation on a device in a queue
+    configuration."""
+
+    props: dict[str, Any]
+    qc: Any
+    inst: Any
+    impl: Any
 
 
 _CASES = pytest.StashKey[dict]()
 
 
 @pytest.fixture
-def kbench_case(request: pytest.FixtureRequest, kbench_id: str) -> tuple[dict[str, Any], Any, Any]:
-    """(device properties, queue configuration, case instance) of the test's id."""
+def kbench_case(request: pytest.FixtureRequest, kbench_id: str) -> SuiteCase:
+    """(device properties, queue configuration, case instance, implementation) of the test's id."""
     return request.config.stash[_CASES][kbench_id]
 
 
@@ -107,23 +136,21 @@ class _Session:
         from kbench.bench import expectations
 
         self.config = config
-        self.backend = config.getoption("--kbench-backend")
-        self.targets: dict[tuple[int, str], Any] = {}
-        self.writers: dict[int, Any] = {}
+        self.targets: dict[tuple[str, int, str], Any] = {}
+        self.writers: dict[tuple[str, int], Any] = {}
         self.expectations = expectations.load(config.getoption("--kbench-expectations"))
 
-    def target(self, props: dict[str, Any], qc: Any) -> Any:
-        from kbench.bench.devices import open_target
-
-        key = (int(props.get("index", 0)), qc.name)
+    def target(self, case: SuiteCase) -> Any:
+        key = (case.impl.name, int(case.props.get("index", 0)), case.qc.name)
         if key not in self.targets:
             # one open device at a time keeps memory low: close the others first
             for other in list(self.targets):
                 self.targets.pop(other).close()
-            self.targets[key] = open_target(self.backend, props, qc)
+            self.targets[key] = case.impl.open(case.props, case.qc)
         return self.targets[key]
 
-    def record(self, props: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
+    def record(self, case: SuiteCase, rec: dict[str, Any]) -> dict[str, Any]:
+        props = case.props
         from kbench.bench import expectations
 
         expectations.apply(rec, self.expectations, str(props.get("driver_name", "")), str(props.get("device_name", "")))
@@ -131,11 +158,13 @@ class _Session:
         if out:
             from kbench.results import RunWriter, collect_provenance
 
-            idx = int(props.get("index", 0))
-            if idx not in self.writers:
-                prov = collect_provenance(None if self.backend == "numpy" else props, self.backend)
-                self.writers[idx] = RunWriter(Path(out), prov)
-            rec = self.writers[idx].write(rec)
+            impl = case.impl
+            key = (impl.name, int(props.get("index", 0)))
+            if key not in self.writers:
+                prov = collect_provenance(props if impl.describes_device else None, impl.backend, impl.name)
+                prov.update(impl.header())
+                self.writers[key] = RunWriter(Path(out), prov)
+            rec = self.writers[key].write(rec)
         return rec
 
     def close(self) -> None:

@@ -33,8 +33,8 @@ class SampleClock:
 
 
 def test_case(kbench_case, kbench_session, benchmark):
-    props, qc, inst = kbench_case
-    target = kbench_session.target(props, qc)
+    inst = kbench_case.inst
+    target = kbench_session.target(kbench_case)
     samples: dict[str, list[float]] = {}
     rec = run_instance(inst, target, MODE, samples=samples)
     benchmark.group = inst.case.name
@@ -46,7 +46,8 @@ def test_case(kbench_case, kbench_session, benchmark):
         benchmark._timer = clock
         benchmark.pedantic(clock.step, rounds=len(clock.samples), warmup_rounds=0)
         benchmark.extra_info.update({
-            "case_id": inst.case_id, "queue_config": qc.name, "device": props.get("device_name"),
+            "case_id": inst.case_id, "queue_config": kbench_case.qc.name,
+            "device": kbench_case.props.get("device_name"), "implementation": kbench_case.impl.name,
             "timer": clock_name, "gbps": rec.get("gbps"), "gflops": rec.get("gflops"),
             "bytes": rec.get("bytes"), "flops": rec.get("flops")})
-    conclude(kbench_session.record(props, rec))
+    conclude(kbench_session.record(kbench_case, rec))

@@ -14,7 +14,7 @@ MODE = "validate"
 
 
 def test_case(kbench_case, kbench_session):
-    props, qc, inst = kbench_case
-    target = kbench_session.target(props, qc)
+    inst = kbench_case.inst
+    target = kbench_session.target(kbench_case)
     rec = run_instance(inst, target, MODE)
-    conclude(kbench_session.record(props, rec))
+    conclude(kbench_session.record(kbench_case, rec))

@@ -434,3 +434,23 @@ def test_cli_refuses_a_bad_declaration_before_opening_a_device(tree, tmp_path, c
     err = capsys.readouterr().err
     assert rc == 2 and "bad.toml:" in err and "unknown op 'nope'" in err, (rc, err)
     assert not (tmp_path / "o").exists(), "a refused declaration still wrote results"
+
+
+def test_the_suites_take_a_declaration_and_report_each_group_as_its_own_tests(tree, tmp_path):
+    import subprocess
+    import sys
+
+    decl = tmp_path / "mine.toml"
+    decl.write_text(HEADER + Q4_0_KERNELS)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "suites/test_validate.py", "-q", "-rA", "-p", "no:cacheprovider",
+         "--kbench-kernels", str(decl), "--kbench-source", str(tree), "--kbench-queue-config", "single",
+         "--kbench-cases", "quantized_matmul[n_rows=3,n_cols=512,dtype=Q4_0]", "--kbench-out", str(tmp_path / "runs")],
+        capture_output=True, text=True, cwd=REPO, timeout=600)
+    out = proc.stdout
+    tid = "quantized_matmul[n_rows=3,n_cols=512,dtype=Q4_0]"
+    assert f"PASSED suites/test_validate.py::test_case[{tid}-mine@{PIN[:7]}]" in out, out[-3000:]
+    assert f"FAILED suites/test_validate.py::test_case[{tid}-mine/swapped@{PIN[:7]}]" in out, out[-3000:]
+    assert f"FAILED suites/test_validate.py::test_case[{tid}-mine/short@{PIN[:7]}]" in out, out[-3000:]
+    assert proc.returncode == 1, out[-2000:]
+    assert len(list((tmp_path / "runs").glob("*.jsonl"))) == 3, "one results file per implementation"
