@@ -35,6 +35,10 @@ ALLOWED: dict[str, set[str]] = {
 }
 
 
+def _where(path: Path, node: ast.AST) -> str:
+    return f"{path.relative_to(KBENCH.parent)}:{node.lineno}"
+
+
 def _modules() -> Iterator[tuple[Path, str, ast.Module]]:
     for path in sorted(KBENCH.rglob("*.py")):
         parts = list(path.relative_to(KBENCH.parent).with_suffix("").parts)
@@ -99,7 +103,7 @@ def test_records_are_built_by_kbench_results():
             for key, value in zip(node.keys, node.values):
                 if (isinstance(key, ast.Constant) and key.value == "kind" and isinstance(value, ast.Constant)
                         and value.value in ("run", "case", "peak")):
-                    hand_made.append(f"{path.relative_to(KBENCH.parent)}:{node.lineno}")
+                    hand_made.append(_where(path, node))
     assert not hand_made, ("records built by hand (use kbench.results.case_record / peak_record / "
                            "collect_provenance):\n" + "\n".join(hand_made))
 
@@ -111,8 +115,7 @@ def test_spirv_is_loaded_by_kbench_shaders_alone():
             continue
         for node in ast.walk(tree):
             name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
-            if name == "SPV_DIR" or (isinstance(node, ast.FunctionDef) and node.name == "load_spirv"):
-                elsewhere.append(f"{path.relative_to(KBENCH.parent)}:{node.lineno}")
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("spv/"):
-                elsewhere.append(f"{path.relative_to(KBENCH.parent)}:{node.lineno}")
+            spv_path = isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("spv/")
+            if name == "SPV_DIR" or spv_path or (isinstance(node, ast.FunctionDef) and node.name == "load_spirv"):
+                elsewhere.append(_where(path, node))
     assert not elsewhere, "SPIR-V read outside kbench.shaders (use kbench.shaders.load_spirv):\n" + "\n".join(elsewhere)

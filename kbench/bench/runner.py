@@ -351,6 +351,19 @@ class Runner:
         current: str | None = None
         ready = False
         results = 0
+
+        def fail_current(reason: str) -> bool:
+            """The running case gets an error record; a fresh worker takes the rest."""
+            on_record(self._error_record(current, reason))
+            remaining.remove(current)
+            return False
+
+        def fail_rest(reason: str) -> bool:
+            """Every case not run yet gets an error record; no restart."""
+            for cid in list(remaining):
+                on_record(self._error_record(cid, reason))
+            remaining.clear()
+            return True
         try:
             assert proc.stdin is not None
             proc.stdin.write(json.dumps(job, default=str).encode())
@@ -361,30 +374,18 @@ class Runner:
                 if line is None:  # deadline passed
                     self._kill(proc)
                     if current is not None:
-                        on_record(self._error_record(current, (
-                            f"timed out after {self.options.timeout:g} s (per-case limit --timeout); the worker was "
-                            f"killed and the run went on with the next case")))
-                        remaining.remove(current)
-                        return False
-                    for cid in list(remaining):
-                        on_record(self._error_record(cid, f"the device did not open within {max(OPEN_TIMEOUT_S, self.options.timeout):g} s"))
-                    remaining.clear()
-                    return True
+                        return fail_current(f"timed out after {self.options.timeout:g} s (per-case limit --timeout); "
+                                            f"the worker was killed and the run went on with the next case")
+                    return fail_rest(f"the device did not open within {max(OPEN_TIMEOUT_S, self.options.timeout):g} s")
                 if line == "":  # worker exited
                     rc = proc.wait()
                     if current is not None:
-                        on_record(self._error_record(current, (
-                            f"worker process crashed ({_exit_text(rc)}) while running this case; the run went on "
-                            f"with a fresh worker. stderr: {_tail(err_path)}")))
-                        remaining.remove(current)
-                        return False
+                        return fail_current(f"worker process crashed ({_exit_text(rc)}) while running this case; the "
+                                            f"run went on with a fresh worker. stderr: {_tail(err_path)}")
                     if not ready or not results:
                         # nothing ran: restarting would loop, so the rest is recorded as errors
                         what = "before opening the device" if not ready else "before running any case"
-                        for cid in list(remaining):
-                            on_record(self._error_record(cid, f"worker exited {what} ({_exit_text(rc)}): {_tail(err_path)}"))
-                        remaining.clear()
-                        return True
+                        return fail_rest(f"worker exited {what} ({_exit_text(rc)}): {_tail(err_path)}")
                     return not remaining
                 try:
                     event = json.loads(line)
@@ -408,10 +409,7 @@ class Runner:
                     current = None
                     deadline = time.monotonic() + self.options.timeout
                 elif kind == "open_failed":
-                    for cid in list(remaining):
-                        on_record(self._error_record(cid, f"could not open the device: {event.get('reason')}"))
-                    remaining.clear()
-                    return True
+                    return fail_rest(f"could not open the device: {event.get('reason')}")
                 elif kind == "done":
                     return True
         except KeyboardInterrupt:

@@ -342,19 +342,25 @@ def _score_launch(t: Any, s: dict, p: Params) -> None:
                          _kv_head(h, nh, nkv) * hd, nkv * hd)
 
 
-ATTN_SCORE = Case(
-    name="attn_score", layer="backend",
-    description="scores[t] = q_h . K[t, kv_head] / sqrt(head_dim) (one query head, GQA layout)",
-    generate=_attn_generate,
-    reference=lambda inp, p: {"scores": _score_ref(inp["q"], inp["kc"], int(p["head"]), p)},
-    setup=_score_setup, launch=_score_launch,
-    collect=read_back("scores"), teardown=teardown,
-    validate_sizes=ATTN_VALIDATE, bench_sizes=ATTN_BENCH,
-    ops=("attn_score",), tolerance=MATMUL_TOL,
-    bytes_moved=lambda p: 4 * (int(p["head_dim"]) * (int(p["seq_len"]) + 1) + int(p["seq_len"])),
-    flops=lambda p: 2 * int(p["head_dim"]) * int(p["seq_len"]),
-    footprint=lambda p: 2 * _cache_bytes(p), largest_buffer=_cache_bytes, peak="copy_bandwidth",
-)
+def _one_head_case(name: str, description: str, reference, setup, launch, output: str) -> Case:
+    """attn_score and attn_value: one head's dot products over the cache (GQA layout), reading
+    head_dim * (seq_len + 1) + seq_len floats."""
+    return Case(
+        name=name, layer="backend", description=description,
+        generate=_attn_generate, reference=reference, setup=setup, launch=launch,
+        collect=read_back(output), teardown=teardown,
+        validate_sizes=ATTN_VALIDATE, bench_sizes=ATTN_BENCH,
+        ops=(name,), tolerance=MATMUL_TOL,
+        bytes_moved=lambda p: 4 * (int(p["head_dim"]) * (int(p["seq_len"]) + 1) + int(p["seq_len"])),
+        flops=lambda p: 2 * int(p["head_dim"]) * int(p["seq_len"]),
+        footprint=lambda p: 2 * _cache_bytes(p), largest_buffer=_cache_bytes, peak="copy_bandwidth",
+    )
+
+
+ATTN_SCORE = _one_head_case(
+    "attn_score", "scores[t] = q_h . K[t, kv_head] / sqrt(head_dim) (one query head, GQA layout)",
+    lambda inp, p: {"scores": _score_ref(inp["q"], inp["kc"], int(p["head"]), p)},
+    _score_setup, _score_launch, "scores")
 
 
 def _value_setup(t: Any, inp: Arrays, p: Params) -> dict:
@@ -372,19 +378,10 @@ def _value_launch(t: Any, s: dict, p: Params) -> None:
     t.backend.attn_value(s["w"], s["vc"], s["out"].handle, hd, T, _kv_head(h, nh, nkv) * hd, nkv * hd, h * hd)
 
 
-ATTN_VALUE = Case(
-    name="attn_value", layer="backend",
-    description="out[h*hd + d] = sum_t w[t] * V[t, kv_head, d] (one head, GQA layout)",
-    generate=_attn_generate,
-    reference=lambda inp, p: {"out": _value_ref(inp["w"], inp["vc"], int(p["head"]), p)},
-    setup=_value_setup, launch=_value_launch,
-    collect=read_back("out"), teardown=teardown,
-    validate_sizes=ATTN_VALIDATE, bench_sizes=ATTN_BENCH,
-    ops=("attn_value",), tolerance=MATMUL_TOL,
-    bytes_moved=lambda p: 4 * (int(p["head_dim"]) * (int(p["seq_len"]) + 1) + int(p["seq_len"])),
-    flops=lambda p: 2 * int(p["head_dim"]) * int(p["seq_len"]),
-    footprint=lambda p: 2 * _cache_bytes(p), largest_buffer=_cache_bytes, peak="copy_bandwidth",
-)
+ATTN_VALUE = _one_head_case(
+    "attn_value", "out[h*hd + d] = sum_t w[t] * V[t, kv_head, d] (one head, GQA layout)",
+    lambda inp, p: {"out": _value_ref(inp["w"], inp["vc"], int(p["head"]), p)},
+    _value_setup, _value_launch, "out")
 
 
 def _chain_reference(inp: Arrays, p: Params) -> Arrays:
