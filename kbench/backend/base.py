@@ -194,6 +194,42 @@ def has_matmul_f16(backend: Any) -> bool:
     return callable(getattr(backend, "matmul_f16", None))
 
 
+def check_attention(backend: "ComputeBackend", q: Any, k_cache: Any, v_cache: Any, out: Any, head_dim: Any,
+                    seq_len: Any, n_heads: Any, n_kv_heads: Any
+                    ) -> tuple[BufferHandle, BufferHandle, BufferHandle, BufferHandle, int, int, int, int]:
+    """Argument checks of the optional fused ``attention`` op (decode attention of one query
+    position over every head):
+
+        out[h*hd + d] = sum_t softmax_t(q_h . K[t, kvh] / sqrt(hd)) * V[t, kvh, d],
+        kvh = h // (n_heads // n_kv_heads),  K[t, kvh, d] = k_cache[t*n_kv_heads*hd + kvh*hd + d]
+
+    (V alike), all float32.  The backend is open, the handles are live, out differs from the
+    inputs, every size is a u32 >= 1, n_heads is a multiple of n_kv_heads, and the buffers hold
+    n_heads*hd (q, out) and seq_len*n_kv_heads*hd (k_cache, v_cache) float32 elements.
+    Backends that have the op (VulkanBackend, NumpyBackend, the torch peer) define ``attention``
+    calling this and then their ``_attention``; :func:`has_attention` tells which do."""
+    op = "attention"
+    backend._check_open(op)
+    hq, hk, hv, ho = backend._handles(op, q=q, k_cache=k_cache, v_cache=v_cache, out=out)
+    hd = check_int(op, "head_dim", head_dim)
+    t = check_int(op, "seq_len", seq_len)
+    nh = check_int(op, "n_heads", n_heads)
+    nkv = check_int(op, "n_kv_heads", n_kv_heads)
+    if nh % nkv:
+        raise ValueError(f"{op}: n_heads={nh} is not a multiple of n_kv_heads={nkv} (grouped-query "
+                         "attention shares each kv head among n_heads // n_kv_heads query heads)")
+    rows = f"seq_len*n_kv_heads*head_dim = {t}*{nkv}*{hd}"
+    backend._elem_range(op, "q", hq, 0, nh * hd, f"n_heads*head_dim = {nh}*{hd}")
+    backend._elem_range(op, "k_cache", hk, 0, t * nkv * hd, rows)
+    backend._elem_range(op, "v_cache", hv, 0, t * nkv * hd, rows)
+    backend._elem_range(op, "out", ho, 0, nh * hd, f"n_heads*head_dim = {nh}*{hd}")
+    return hq, hk, hv, ho, hd, t, nh, nkv
+
+
+def has_attention(backend: Any) -> bool:
+    return callable(getattr(backend, "attention", None))
+
+
 class ComputeBackend(ABC):
     """A device that runs kbench's LLM inference ops on float32 buffers.
 

@@ -35,6 +35,9 @@ PUSH_ATTN_SCORE = _push(("head_dim", "u"), ("seq_len", "u"), ("head_off", "u"), 
 PUSH_ATTN_VALUE = _push(("head_dim", "u"), ("seq_len", "u"), ("kv_off", "u"), ("kv_stride", "u"),
                         ("chunk", "u"), ("dst_off", "u"), ("dst_chunk_stride", "u"))
 PUSH_ATTN_COMBINE = _push(("head_dim", "u"), ("n_chunks", "u"), ("out_off", "u"))
+PUSH_ATTENTION = _push(("seq_len", "u"), ("group", "u"), ("kv_stride", "u"), ("n_chunks", "u"), ("ml_off", "u"),
+                       ("head_blocks", "u"), ("scale", "f"))
+PUSH_ATTENTION_COMBINE = _push(("n_chunks", "u"), ("ml_off", "u"))
 PUSH_QMATVEC = _push(("n_rows", "u"), ("n_cols", "u"), ("row_bytes", "u"))
 PUSH_QMATVEC_XQ = _push(("n_cols", "u"))
 PUSH_QMATVEC_PACK = _push(("n_blocks", "u"))
@@ -161,6 +164,23 @@ class ReductionPlan:
 
 
 @dataclass(frozen=True)
+class AttentionPlan:
+    """The fused attention op (shaders/attention.comp): a partial pass over a grid of
+    (chunk, kv head x head block) workgroups, then a combine pass over (d, head)."""
+
+    partial: Kernel
+    combine: Kernel
+    chunk: int  # keys per partial workgroup
+    n_chunks: int
+    head_blocks: int  # workgroups per kv head, each taking up to ATTENTION_HEADS of its query heads
+    partial_grid: tuple[int, int, int]
+    combine_grid: tuple[int, int, int]
+    #: floats of scratch: n_heads * n_chunks * (head_dim + 2); the (max, sum) pairs start at ml_off
+    scratch_floats: int
+    ml_off: int
+
+
+@dataclass(frozen=True)
 class AttnValuePlan:
     kernel: Kernel
     chunk: int  # keys per workgroup row
@@ -210,7 +230,7 @@ class KernelPolicy:
         self.matmul_f16_tile = self._pick_matmul_f16_tile(matmul_f16_tile)
         # the ops ask for the same few kernels over and over: memoize per instance
         for name in ("elementwise", "copy", "reduction", "reduction_plan", "matmul", "matmul_f16", "rope", "attn_score",
-                     "attn_value", "attn_combine", "qmatvec", "qmatvec_xq", "grid_1d"):
+                     "attn_value", "attn_combine", "attention", "qmatvec", "qmatvec_xq", "grid_1d"):
             setattr(self, name, functools.lru_cache(maxsize=256)(getattr(self, name)))
 
     # -- grids ---------------------------------------------------------------------------------
@@ -445,6 +465,60 @@ class KernelPolicy:
 
     def attn_combine(self) -> Kernel:
         return Kernel("attn_value.combine.spv", (self.wg,), PUSH_ATTN_COMBINE)
+
+    # -- fused decode attention (shaders/attention.comp) -------------------------------------------
+    #: query heads one partial workgroup takes (HB in the shader): they share its K and V rows
+    ATTENTION_HEADS = 4
+    #: the chunk choice aims at this many partial workgroups: several per compute unit of a large
+    #: GPU (132 SMs on an H200) with whole chunks of at least ATTENTION_MIN_CHUNK keys
+    ATTENTION_TARGET_GROUPS = 1024
+    ATTENTION_MIN_CHUNK = 64
+    ATTENTION_MAX_CHUNK = 2048
+
+    def attention_shared_bytes(self, chunk: int, head_dim: int) -> int:
+        """Shared memory of the partial pass: scores[HB*chunk], q[HB*head_dim], red[HB*wg]."""
+        return 4 * self.ATTENTION_HEADS * (chunk + head_dim + self.wg)
+
+    def attention(self, head_dim: int, seq_len: int, n_heads: int, n_kv_heads: int,
+                  chunk: int | None = None) -> AttentionPlan:
+        """The launch of the fused attention for these shapes.  Keys per workgroup (``chunk``,
+        a power of two unless given): about ATTENTION_TARGET_GROUPS partial workgroups in all,
+        within [ATTENTION_MIN_CHUNK, ATTENTION_MAX_CHUNK] and what shared memory holds, and few
+        enough chunks for the grid.  The partial pass teams a subgroup per key row where the
+        device has subgroup arithmetic (one invocation per row otherwise).  ValueError when
+        head_dim is too large for shared memory or the heads exceed the grid."""
+        hb = self.ATTENTION_HEADS
+        group = n_heads // n_kv_heads
+        head_blocks = _ceil_div(group, hb)
+        blocks = n_kv_heads * head_blocks
+        fixed = self.attention_shared_bytes(0, head_dim)
+        room = (self.max_shared - fixed) // (4 * hb)
+        if room < 1:
+            raise ValueError(f"attention: head_dim={head_dim} needs {fixed + 4 * hb} bytes of shared memory "
+                             f"per workgroup, the device has {self.max_shared}")
+        min_chunk = _ceil_div(seq_len, self.max_count[0])  # the grid's x dimension counts chunks
+        if chunk is None:
+            want = _pow2_ceil(_ceil_div(seq_len * blocks, self.ATTENTION_TARGET_GROUPS))
+            chunk = max(self.ATTENTION_MIN_CHUNK, min(want, self.ATTENTION_MAX_CHUNK))
+            chunk = min(chunk, _pow2_ceil(seq_len), _pow2_floor(room))
+            chunk = max(chunk, min_chunk)
+        if chunk > room:
+            raise ValueError(f"attention: a chunk of {chunk} keys needs {self.attention_shared_bytes(chunk, head_dim)} "
+                             f"bytes of shared memory, the device has {self.max_shared}")
+        if chunk < min_chunk:
+            raise ValueError(f"attention: a chunk of {chunk} keys makes more than {self.max_count[0]} chunks of "
+                             f"{seq_len} keys (the device's grid limit)")
+        if blocks > self.max_count[1] or n_heads > self.max_count[1]:
+            raise ValueError(f"attention: {n_heads} heads ({blocks} kv head blocks) exceed the device's grid "
+                             f"limit {self.max_count[1]} in y")
+        n_chunks = _ceil_div(seq_len, chunk)
+        dx = min(self.wg, _pow2_ceil(head_dim))
+        variant = "sg" if self.use_subgroups else "tree"
+        partial = Kernel(f"attention.partial.{variant}.spv", (self.wg, chunk, head_dim, dx), PUSH_ATTENTION)
+        combine = Kernel("attention.combine.spv", (self.wg, head_dim), PUSH_ATTENTION_COMBINE)
+        ml_off = n_heads * n_chunks * head_dim
+        return AttentionPlan(partial, combine, chunk, n_chunks, head_blocks, (n_chunks, blocks, 1),
+                             (_ceil_div(head_dim, self.wg), n_heads, 1), ml_off + 2 * n_heads * n_chunks, ml_off)
 
     # -- quantized matrix-vector -------------------------------------------------------------------
     #: knobs of :meth:`qmatvec` (see :meth:`configure_qmatvec`); empty = the device-based choice

@@ -162,6 +162,27 @@ class NumpyBackend(ComputeBackend):
         values = self._kv_rows(v_cache, head_dim, seq_len, kv_offset, kv_stride)
         self._write(output, out_offset, w @ values)
 
+    def attention(self, q: BufferHandle, k_cache: BufferHandle, v_cache: BufferHandle, out: BufferHandle,
+                  head_dim: int, seq_len: int, n_heads: int, n_kv_heads: int) -> None:
+        """Fused decode attention over every head (see backend.base.check_attention), in float64
+        and rounded once to float32: the reference of VulkanBackend.attention."""
+        from kbench.backend.base import check_attention
+
+        self._attention(*check_attention(self, q, k_cache, v_cache, out, head_dim, seq_len, n_heads, n_kv_heads))
+
+    def _attention(self, q: BufferHandle, k_cache: BufferHandle, v_cache: BufferHandle, out: BufferHandle,
+                   head_dim: int, seq_len: int, n_heads: int, n_kv_heads: int) -> None:
+        hd, t, nkv = head_dim, seq_len, n_kv_heads
+        group = n_heads // nkv
+        qv = self._read64(q, 0, n_heads * hd).reshape(nkv, group, hd)
+        keys = self._read64(k_cache, 0, t * nkv * hd).reshape(t, nkv, hd)
+        values = self._read64(v_cache, 0, t * nkv * hd).reshape(t, nkv, hd)
+        scores = np.einsum("kgd,tkd->kgt", qv, keys) / np.sqrt(hd)
+        with np.errstate(invalid="ignore"):  # a NaN score gives a NaN head, as on the GPU
+            p = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            o = np.einsum("kgt,tkd->kgd", p, values) / p.sum(axis=-1)[..., None]
+        self._write(out, 0, o.reshape(-1))
+
     def _quantized_matmul(
         self, weights: BufferHandle, input: BufferHandle, output: BufferHandle, n_rows: int,
         n_cols: int, dtype: DType,

@@ -115,7 +115,9 @@ class VulkanBackend(ComputeBackend):
     the cooperative-matrix :meth:`matmul_f16`), ``single_group_limit`` (softmax/rms_norm sizes done by one
     workgroup), ``grid_limit`` (cap on the grid's x dimension; for tests of large grids),
     ``validation`` (Khronos validation layer), ``qmatvec`` (quantized_matmul kernel knobs, e.g.
-    ``{"kernel": "fast", "lanes": 32, "rows": 4}``: see KernelPolicy.configure_qmatvec).
+    ``{"kernel": "fast", "lanes": 32, "rows": 4}``: see KernelPolicy.configure_qmatvec),
+    ``attention_chunk`` (keys per workgroup of the fused :meth:`attention`; None: KernelPolicy.attention's
+    choice from the device's properties).
     """
 
     def __init__(self, device: int = 0, *, batch_ops: int = 64, ring_size: int = 3,
@@ -124,13 +126,17 @@ class VulkanBackend(ComputeBackend):
                  single_group_limit: int = 8192, grid_limit: int | None = None,
                  validation: bool | None = None,
                  matmul_f16_tile: tuple[int, ...] | None = None,
-                 qmatvec: dict[str, Any] | None = None) -> None:
+                 qmatvec: dict[str, Any] | None = None, attention_chunk: int | None = None) -> None:
         for name, value, lo in (("batch_ops", batch_ops, 1), ("ring_size", ring_size, 1),
                                 ("algorithm_cache_size", algorithm_cache_size, 16),
                                 ("single_group_limit", single_group_limit, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < lo:
                 raise ValueError(f"VulkanBackend: {name} must be an int >= {lo}, got {value!r}")
+        if attention_chunk is not None and (isinstance(attention_chunk, bool) or not isinstance(attention_chunk, int)
+                                            or attention_chunk < 1):
+            raise ValueError(f"VulkanBackend: attention_chunk must be None or an int >= 1, got {attention_chunk!r}")
         super().__init__()
+        self._attention_chunk = attention_chunk
         self._mgr = kp.Manager(device, validation=validation)
         try:
             self._props = self._mgr.get_device_properties()
@@ -162,6 +168,7 @@ class VulkanBackend(ComputeBackend):
         self._packed: OrderedDict[int, _PackedWeights] = OrderedDict()  # weight handle id -> copy, LRU
         self._packed_bytes = 0
         self._submissions = 0
+        self._dispatches = 0  # compute dispatches recorded (cache_stats; tests count an op's)
         self._timing: list[int | None] | None = None  # GPU ns per retired batch while measuring
         self._capture: _Capture | None = None  # while replay_gpu_ns records
 
@@ -200,6 +207,7 @@ class VulkanBackend(ComputeBackend):
             "packed_weights": len(self._packed),
             "packed_bytes": self._packed_bytes,
             "submissions": self._submissions,
+            "dispatches": self._dispatches,
         }
         stats.update({f"runtime_{k}": v for k, v in self._mgr.get_stats().items()})
         return stats
@@ -348,6 +356,26 @@ class VulkanBackend(ComputeBackend):
         combine = self._policy.attn_combine()
         grid = self._policy.grid_1d(_ceil_div(head_dim, self._policy.wg))
         self._dispatch(combine, (scratch, output.id), grid, combine.push_record(head_dim, plan.n_chunks, out_offset))
+
+    def attention(self, q: BufferHandle, k_cache: BufferHandle, v_cache: BufferHandle, out: BufferHandle,
+                  head_dim: int, seq_len: int, n_heads: int, n_kv_heads: int) -> None:
+        """Fused decode attention over every head (see backend.base.check_attention) in two
+        dispatches: per (chunk of keys, kv head, block of its query heads) the chunk's scores,
+        maximum, sum of exp and exp-weighted V rows; then one combine per head.  fp32 throughout."""
+        from kbench.backend.base import check_attention
+
+        self._attention(*check_attention(self, q, k_cache, v_cache, out, head_dim, seq_len, n_heads, n_kv_heads))
+
+    def _attention(self, q: BufferHandle, k_cache: BufferHandle, v_cache: BufferHandle, out: BufferHandle,
+                   head_dim: int, seq_len: int, n_heads: int, n_kv_heads: int) -> None:
+        plan = self._policy.attention(head_dim, seq_len, n_heads, n_kv_heads, self._attention_chunk)
+        scratch = self._scratch(4 * plan.scratch_floats, "attention")
+        part = plan.partial
+        push = part.push_record(seq_len, n_heads // n_kv_heads, n_kv_heads * head_dim, plan.n_chunks, plan.ml_off,
+                                plan.head_blocks, np.float32(1.0 / math.sqrt(head_dim)))
+        self._dispatch(part, (q.id, k_cache.id, v_cache.id, scratch), plan.partial_grid, push)
+        comb = plan.combine
+        self._dispatch(comb, (scratch, out.id), plan.combine_grid, comb.push_record(plan.n_chunks, plan.ml_off))
 
     def _quantized_matmul(self, weights: BufferHandle, input: BufferHandle, output: BufferHandle,
                           n_rows: int, n_cols: int, dtype: DType) -> None:
@@ -519,6 +547,7 @@ class VulkanBackend(ComputeBackend):
         op = kp.OpAlgoDispatch(cached.algo, push)
         cached.last_serial = self._serial
         self._record(op, keys)
+        self._dispatches += 1
 
     def _record(self, op: Any, keys: Iterable[int], flush_ok: bool = True) -> None:
         cap = self._capture

@@ -1,0 +1,275 @@
+#version 450
+// Fused decode attention, split over the sequence (flash-decoding style), all heads in two
+// dispatches.  For every query head h (kv head kvh = h / group, group = n_heads / n_kv_heads):
+//   s[t]   = q[h*HD + d] . kc[t*kv_stride + kvh*HD + d] * scale           (t < seq_len)
+//   out[h*HD + d] = sum_t exp(s[t] - max s) * vc[t*kv_stride + kvh*HD + d] / sum_t exp(s[t] - max s)
+//
+// Variants:
+//   partial.sg / partial.tree: workgroup (c, y) takes the keys [c*CHUNK, c*CHUNK + CHUNK) of kv
+//     head kvh = y / head_blocks and up to HB of its query heads (block y % head_blocks), so each
+//     K and V row is read once for HB heads.  It writes, per head, the chunk's maximum score m_c,
+//     its sum of exp(s - m_c) l_c and o_c[d] = sum_t exp(s[t] - m_c) * v[t][d]:
+//       part[(h*n_chunks + c)*HD + d] = o_c[d],  part[ml_off + 2*(h*n_chunks + c) + {0, 1}] = m_c, l_c.
+//     Scores: a team of lanes (a subgroup in .sg, one invocation in .tree) per key row, q from
+//     shared memory.  V: DX invocations across d (coalesced rows), WG/DX rows of them over the keys.
+//   combine: out[h*HD + d] = sum_c o_c[d] * exp(m_c - M) / sum_c l_c * exp(m_c - M), M = max_c m_c.
+// A NaN anywhere in a head's scores makes its l_c NaN (exp(NaN) is NaN), hence its output.
+// DX must be a power of two dividing the local size; the local size a power of two.
+//
+// kbench: variant partial.sg ATTN_PARTIAL USE_SUBGROUP target=vulkan1.1
+// kbench: variant partial.tree ATTN_PARTIAL
+// kbench: variant combine ATTN_COMBINE
+
+#if defined(USE_SUBGROUP)
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
+
+// query heads per workgroup (sharing one kv head's rows); registers per invocation grow with it
+#define HB 4
+// keys each team (scores) or invocation row (V) loads before using them: loads in flight
+#define KU 4
+// the empty maximum (as in softmax.comp: -FLT_MAX, never exp(-inf - -inf))
+const float EMPTY_MAX = -3.402823466e38;
+
+layout(local_size_x_id = 0) in;
+
+#if defined(ATTN_PARTIAL)
+layout(constant_id = 1) const uint CHUNK = 64;  // keys per workgroup
+layout(constant_id = 2) const uint HD = 128;    // head_dim
+layout(constant_id = 3) const uint DX = 128;    // invocations across d in the V pass
+
+layout(std430, binding = 0) readonly buffer Query { float q[]; };
+layout(std430, binding = 1) readonly buffer KeyCache { float kc[]; };
+layout(std430, binding = 2) readonly buffer ValueCache { float vc[]; };
+layout(std430, binding = 3) writeonly buffer Partials { float part[]; };
+
+layout(push_constant) uniform Push {
+    uint seq_len;
+    uint group;        // query heads per kv head
+    uint kv_stride;    // floats per cache row (n_kv_heads * HD)
+    uint n_chunks;
+    uint ml_off;       // index of the first (m, l) pair in part
+    uint head_blocks;  // ceil(group / HB)
+    float scale;       // 1 / sqrt(HD)
+} pc;
+
+shared float s[HB * CHUNK];
+shared float qs[HB * HD];
+shared float red[HB * gl_WorkGroupSize.x];
+
+// Every invocation gets the maximum (take_max) or the sum of v[j] over the workgroup.
+void workgroup_reduce(inout float v[HB], bool take_max) {
+    const uint WG = gl_WorkGroupSize.x;
+    uint lid = gl_LocalInvocationID.x;
+    barrier();  // red may still be read by the previous reduction
+#if defined(USE_SUBGROUP)
+    for (uint j = 0u; j < HB; ++j) {
+        v[j] = take_max ? subgroupMax(v[j]) : subgroupAdd(v[j]);
+    }
+    if (gl_SubgroupInvocationID == 0u) {
+        for (uint j = 0u; j < HB; ++j) {
+            red[j * WG + gl_SubgroupID] = v[j];
+        }
+    }
+    barrier();
+    for (uint j = 0u; j < HB; ++j) {
+        float r = red[j * WG];
+        for (uint g = 1u; g < gl_NumSubgroups; ++g) {
+            float x = red[j * WG + g];
+            r = take_max ? max(r, x) : r + x;
+        }
+        v[j] = r;
+    }
+#else
+    for (uint j = 0u; j < HB; ++j) {
+        red[j * WG + lid] = v[j];
+    }
+    barrier();
+    for (uint stride = WG / 2u; stride > 0u; stride >>= 1u) {
+        if (lid < stride) {
+            for (uint j = 0u; j < HB; ++j) {
+                float a = red[j * WG + lid], b = red[j * WG + lid + stride];
+                red[j * WG + lid] = take_max ? max(a, b) : a + b;
+            }
+        }
+        barrier();
+    }
+    for (uint j = 0u; j < HB; ++j) {
+        v[j] = red[j * WG];
+    }
+#endif
+}
+
+void main() {
+    const uint WG = gl_WorkGroupSize.x;
+    uint lid = gl_LocalInvocationID.x;
+    uint c = gl_WorkGroupID.x;
+    uint kvh = gl_WorkGroupID.y / pc.head_blocks;
+    uint j0 = (gl_WorkGroupID.y % pc.head_blocks) * HB;  // first head of the block in the group
+    uint nh = min(uint(HB), pc.group - j0);                // heads this workgroup computes
+    uint h0 = kvh * pc.group + j0;
+    uint begin = c * CHUNK;
+    uint n_keys = min(CHUNK, pc.seq_len - begin);
+    uint kv_off = kvh * HD;
+
+    for (uint i = lid; i < HB * HD; i += WG) {
+        uint j = i / HD;
+        qs[i] = j < nh ? q[(h0 + j) * HD + (i - j * HD)] : 0.0;
+    }
+    barrier();
+
+    // 1. scores of the chunk's keys for the block's heads -> s
+#if defined(USE_SUBGROUP)
+    uint team = gl_SubgroupID, n_teams = gl_NumSubgroups;
+    uint lane = gl_SubgroupInvocationID, team_size = gl_SubgroupSize;
+#else
+    uint team = lid, n_teams = WG, lane = 0u, team_size = 1u;
+#endif
+    for (uint i = team; i < n_keys; i += KU * n_teams) {
+        float acc[KU * HB];
+        for (uint u = 0u; u < KU * HB; ++u) {
+            acc[u] = 0.0;
+        }
+        for (uint d = lane; d < HD; d += team_size) {
+            float k[KU];
+            for (uint u = 0u; u < KU; ++u) {
+                uint key = i + u * n_teams;
+                k[u] = key < n_keys ? kc[(begin + key) * pc.kv_stride + kv_off + d] : 0.0;
+            }
+            for (uint j = 0u; j < HB; ++j) {
+                float qd = qs[j * HD + d];
+                for (uint u = 0u; u < KU; ++u) {
+                    acc[u * HB + j] = fma(qd, k[u], acc[u * HB + j]);
+                }
+            }
+        }
+        for (uint u = 0u; u < KU; ++u) {
+            uint key = i + u * n_teams;
+            for (uint j = 0u; j < HB; ++j) {
+#if defined(USE_SUBGROUP)
+                float dot = subgroupAdd(acc[u * HB + j]);
+#else
+                float dot = acc[u * HB + j];
+#endif
+                if (lane == 0u && key < n_keys) {
+                    s[j * CHUNK + key] = dot * pc.scale;
+                }
+            }
+        }
+    }
+    barrier();
+
+    // 2. the chunk's maximum and sum of exp per head; s becomes exp(s - m)
+    float m[HB], l[HB];
+    for (uint j = 0u; j < HB; ++j) {
+        m[j] = EMPTY_MAX;
+        l[j] = 0.0;
+    }
+    for (uint i = lid; i < n_keys; i += WG) {
+        for (uint j = 0u; j < HB; ++j) {
+            m[j] = max(m[j], s[j * CHUNK + i]);
+        }
+    }
+    workgroup_reduce(m, true);
+    for (uint i = lid; i < n_keys; i += WG) {
+        for (uint j = 0u; j < HB; ++j) {
+            float p = exp(s[j * CHUNK + i] - m[j]);
+            s[j * CHUNK + i] = p;
+            l[j] += p;
+        }
+    }
+    workgroup_reduce(l, false);  // its barriers also publish the exp values in s
+
+    // 3. o_c[d] = sum_t p[t] * v[t][d], DX columns at a time
+    uint rows = WG / DX;
+    uint lx = lid % DX, ly = lid / DX;
+    for (uint d0 = 0u; d0 < HD; d0 += DX) {
+        uint d = d0 + lx;
+        float acc[HB];
+        for (uint j = 0u; j < HB; ++j) {
+            acc[j] = 0.0;
+        }
+        if (d < HD) {
+            for (uint i = ly; i < n_keys; i += KU * rows) {
+                float v[KU];
+                for (uint u = 0u; u < KU; ++u) {
+                    uint key = i + u * rows;
+                    v[u] = key < n_keys ? vc[(begin + key) * pc.kv_stride + kv_off + d] : 0.0;
+                }
+                for (uint u = 0u; u < KU; ++u) {
+                    uint key = min(i + u * rows, n_keys - 1u);  // v[u] is 0 beyond the chunk
+                    for (uint j = 0u; j < HB; ++j) {
+                        acc[j] = fma(s[j * CHUNK + key], v[u], acc[j]);
+                    }
+                }
+            }
+        }
+        if (rows > 1u) {
+            barrier();
+            for (uint j = 0u; j < HB; ++j) {
+                red[j * WG + lid] = acc[j];
+            }
+            barrier();
+            for (uint stride = rows / 2u; stride > 0u; stride >>= 1u) {
+                if (ly < stride) {
+                    for (uint j = 0u; j < HB; ++j) {
+                        red[j * WG + lid] += red[j * WG + lid + stride * DX];
+                    }
+                }
+                barrier();
+            }
+            for (uint j = 0u; j < HB; ++j) {
+                acc[j] = red[j * WG + lx];
+            }
+        }
+        if (ly == 0u && d < HD) {
+            for (uint j = 0u; j < HB; ++j) {
+                if (j < nh) {
+                    part[((h0 + j) * pc.n_chunks + c) * HD + d] = acc[j];
+                }
+            }
+        }
+    }
+    if (lid == 0u) {
+        for (uint j = 0u; j < HB; ++j) {
+            if (j < nh) {
+                uint pair = pc.ml_off + 2u * ((h0 + j) * pc.n_chunks + c);
+                part[pair] = m[j];
+                part[pair + 1u] = l[j];
+            }
+        }
+    }
+}
+
+#else  // ATTN_COMBINE
+layout(constant_id = 1) const uint HD = 128;
+
+layout(std430, binding = 0) readonly buffer Partials { float part[]; };
+layout(std430, binding = 1) writeonly buffer Out { float o[]; };
+
+layout(push_constant) uniform Push {
+    uint n_chunks;
+    uint ml_off;
+} pc;
+
+void main() {
+    uint h = gl_WorkGroupID.y;
+    uint d = gl_WorkGroupID.x * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
+    if (d >= HD) {
+        return;
+    }
+    uint pairs = pc.ml_off + 2u * h * pc.n_chunks;
+    float mx = EMPTY_MAX;
+    for (uint c = 0u; c < pc.n_chunks; ++c) {
+        mx = max(mx, part[pairs + 2u * c]);
+    }
+    float l = 0.0, acc = 0.0;
+    for (uint c = 0u; c < pc.n_chunks; ++c) {
+        float w = exp(part[pairs + 2u * c] - mx);
+        l = fma(part[pairs + 2u * c + 1u], w, l);
+        acc = fma(part[(h * pc.n_chunks + c) * HD + d], w, acc);
+    }
+    o[h * HD + d] = acc / l;
+}
+#endif
