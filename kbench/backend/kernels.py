@@ -483,8 +483,9 @@ class KernelPolicy:
                   chunk: int | None = None) -> AttentionPlan:
         """The launch of the fused attention for these shapes.  Keys per workgroup (``chunk``,
         a power of two unless given): about ATTENTION_TARGET_GROUPS partial workgroups in all,
-        within [ATTENTION_MIN_CHUNK, ATTENTION_MAX_CHUNK] and what shared memory holds, and few
-        enough chunks for the grid.  The partial pass teams a subgroup per key row where the
+        within [ATTENTION_MIN_CHUNK, ATTENTION_MAX_CHUNK] (also for shorter sequences: the chunk is
+        a specialization constant, so one pipeline serves them all) and what shared memory holds,
+        and few enough chunks for the grid.  The partial pass teams a subgroup per key row where the
         device has subgroup arithmetic (one invocation per row otherwise).  ValueError when
         head_dim is too large for shared memory or the heads exceed the grid."""
         hb = self.ATTENTION_HEADS
@@ -499,9 +500,9 @@ class KernelPolicy:
         min_chunk = _ceil_div(seq_len, self.max_count[0])  # the grid's x dimension counts chunks
         if chunk is None:
             want = _pow2_ceil(_ceil_div(seq_len * blocks, self.ATTENTION_TARGET_GROUPS))
+            # not shortened to short sequences: one pipeline serves every seq_len up to it
             chunk = max(self.ATTENTION_MIN_CHUNK, min(want, self.ATTENTION_MAX_CHUNK))
-            chunk = min(chunk, _pow2_ceil(seq_len), _pow2_floor(room))
-            chunk = max(chunk, min_chunk)
+            chunk = max(min(chunk, _pow2_floor(room)), min_chunk)
         if chunk > room:
             raise ValueError(f"attention: a chunk of {chunk} keys needs {self.attention_shared_bytes(chunk, head_dim)} "
                              f"bytes of shared memory, the device has {self.max_shared}")

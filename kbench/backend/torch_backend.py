@@ -192,6 +192,25 @@ class TorchBackend(ComputeBackend):
         self.torch.mv(values.t(), w, out=self._f32(output, out_offset, head_dim))
         self._touch(output)
 
+    def attention(self, q: BufferHandle, k_cache: BufferHandle, v_cache: BufferHandle, out: BufferHandle,
+                  head_dim: int, seq_len: int, n_heads: int, n_kv_heads: int) -> None:
+        """The peer of VulkanBackend.attention: ``torch.nn.functional.scaled_dot_product_attention``
+        on float32 views of the caches, no copies.  The query heads that share a kv head are
+        given to SDPA as that kv head's n_heads // n_kv_heads query rows (there is no mask, so
+        this is the same attention), which keeps the fused kernels (no repeated K/V, no
+        ``enable_gqa``); the (1, n_kv, group, hd) result is copied into out."""
+        from kbench.backend.base import check_attention
+
+        hq, hk, hv, ho, hd, t, nh, nkv = check_attention(self, q, k_cache, v_cache, out, head_dim, seq_len,
+                                                         n_heads, n_kv_heads)
+        group = nh // nkv
+        Q = self._f32(hq, 0, nh * hd).view(1, nkv, group, hd)
+        K = self._f32(hk, 0, t * nkv * hd).view(t, nkv, hd).transpose(0, 1).unsqueeze(0)
+        V = self._f32(hv, 0, t * nkv * hd).view(t, nkv, hd).transpose(0, 1).unsqueeze(0)
+        o = self.torch.nn.functional.scaled_dot_product_attention(Q, K, V)
+        self._f32(ho, 0, nh * hd).view(1, nkv, group, hd).copy_(o)
+        self._touch(ho)
+
     def _weights(self, h: BufferHandle, n_rows: int, n_cols: int, dtype: DType) -> Any:
         if dtype == DType.F32:
             return self._f32(h, 0, n_rows * n_cols).view(n_rows, n_cols)
