@@ -12,9 +12,10 @@
 //       part[(h*n_chunks + c)*HD + d] = o_c[d],  part[ml_off + 2*(h*n_chunks + c) + {0, 1}] = m_c, l_c.
 //     Scores: a team of lanes (a subgroup in .sg, one invocation in .tree) per key row, q from
 //     shared memory.  V: DX invocations across d (coalesced rows), WG/DX rows of them over the keys.
-//   combine: out[h*HD + d] = sum_c o_c[d] * exp(m_c - M) / sum_c l_c * exp(m_c - M), M = max_c m_c.
+//   combine: out[h*HD + d] = sum_c o_c[d] * exp(m_c - M) / sum_c l_c * exp(m_c - M), M = max_c m_c;
+//     workgroup (x, h) takes CX columns of head h, its WG/CX rows of invocations split the chunks.
 // A NaN anywhere in a head's scores makes its l_c NaN (exp(NaN) is NaN), hence its output.
-// DX must be a power of two dividing the local size; the local size a power of two.
+// DX and CX must be powers of two dividing the local size; the local size a power of two.
 //
 // kbench: variant partial.sg ATTN_PARTIAL USE_SUBGROUP target=vulkan1.1
 // kbench: variant partial.tree ATTN_PARTIAL
@@ -27,8 +28,9 @@
 
 // query heads per workgroup (sharing one kv head's rows); registers per invocation grow with it
 #define HB 4
-// keys each team (scores) or invocation row (V) loads before using them: loads in flight
+// keys each team loads before using them (scores), keys each invocation loads (V): loads in flight
 #define KU 4
+#define KV 8
 // the empty maximum (as in softmax.comp: -FLT_MAX, never exp(-inf - -inf))
 const float EMPTY_MAX = -3.402823466e38;
 
@@ -191,13 +193,13 @@ void main() {
             acc[j] = 0.0;
         }
         if (d < HD) {
-            for (uint i = ly; i < n_keys; i += KU * rows) {
-                float v[KU];
-                for (uint u = 0u; u < KU; ++u) {
+            for (uint i = ly; i < n_keys; i += KV * rows) {
+                float v[KV];
+                for (uint u = 0u; u < KV; ++u) {
                     uint key = i + u * rows;
                     v[u] = key < n_keys ? vc[(begin + key) * pc.kv_stride + kv_off + d] : 0.0;
                 }
-                for (uint u = 0u; u < KU; ++u) {
+                for (uint u = 0u; u < KV; ++u) {
                     uint key = min(i + u * rows, n_keys - 1u);  // v[u] is 0 beyond the chunk
                     for (uint j = 0u; j < HB; ++j) {
                         acc[j] = fma(s[j * CHUNK + key], v[u], acc[j]);
@@ -244,6 +246,7 @@ void main() {
 
 #else  // ATTN_COMBINE
 layout(constant_id = 1) const uint HD = 128;
+layout(constant_id = 2) const uint CX = 32;  // columns per workgroup
 
 layout(std430, binding = 0) readonly buffer Partials { float part[]; };
 layout(std430, binding = 1) writeonly buffer Out { float o[]; };
@@ -253,23 +256,52 @@ layout(push_constant) uniform Push {
     uint ml_off;
 } pc;
 
+shared float red_a[gl_WorkGroupSize.x];
+shared float red_l[gl_WorkGroupSize.x];
+
 void main() {
+    const uint WG = gl_WorkGroupSize.x;
+    uint lid = gl_LocalInvocationID.x;
+    uint rows = WG / CX;
+    uint lx = lid % CX, ly = lid / CX;
     uint h = gl_WorkGroupID.y;
-    uint d = gl_WorkGroupID.x * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
-    if (d >= HD) {
-        return;
-    }
+    uint d = gl_WorkGroupID.x * CX + lx;
     uint pairs = pc.ml_off + 2u * h * pc.n_chunks;
+
+    // M: every row takes its chunks, then a tree over the rows (the same for every column)
     float mx = EMPTY_MAX;
-    for (uint c = 0u; c < pc.n_chunks; ++c) {
+    for (uint c = ly; c < pc.n_chunks; c += rows) {
         mx = max(mx, part[pairs + 2u * c]);
     }
+    red_a[lid] = mx;
+    barrier();
+    for (uint stride = rows / 2u; stride > 0u; stride >>= 1u) {
+        if (ly < stride) {
+            red_a[lid] = max(red_a[lid], red_a[lid + stride * CX]);
+        }
+        barrier();
+    }
+    mx = red_a[lx];
+    barrier();
+
     float l = 0.0, acc = 0.0;
-    for (uint c = 0u; c < pc.n_chunks; ++c) {
+    for (uint c = ly; c < pc.n_chunks; c += rows) {
         float w = exp(part[pairs + 2u * c] - mx);
         l = fma(part[pairs + 2u * c + 1u], w, l);
-        acc = fma(part[(h * pc.n_chunks + c) * HD + d], w, acc);
+        acc = d < HD ? fma(part[(h * pc.n_chunks + c) * HD + d], w, acc) : 0.0;
     }
-    o[h * HD + d] = acc / l;
+    red_a[lid] = acc;
+    red_l[lid] = l;
+    barrier();
+    for (uint stride = rows / 2u; stride > 0u; stride >>= 1u) {
+        if (ly < stride) {
+            red_a[lid] += red_a[lid + stride * CX];
+            red_l[lid] += red_l[lid + stride * CX];
+        }
+        barrier();
+    }
+    if (ly == 0u && d < HD) {
+        o[h * HD + d] = red_a[lid] / red_l[lid];
+    }
 }
 #endif

@@ -282,7 +282,8 @@ def test_policy_spreads_the_bench_shape_over_about_a_thousand_workgroups():
     plan = pol.attention(128, 8192, 32, 8)
     assert plan.partial.spv == "attention.partial.sg.spv" and plan.combine.spv == "attention.combine.spv"
     assert (plan.chunk, plan.n_chunks, plan.head_blocks) == (64, 128, 1)
-    assert plan.partial_grid == (128, 8, 1) and plan.combine_grid == (1, 32, 1)
+    assert plan.partial_grid == (128, 8, 1) and plan.combine_grid == (4, 32, 1)
+    assert plan.combine.spec == (256, 128, 32)
     assert plan.partial.spec == (256, 64, 128, 128)
     long = pol.attention(128, 32768, 32, 8)
     assert (long.chunk, long.n_chunks) == (256, 128)

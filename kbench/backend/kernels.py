@@ -166,7 +166,7 @@ class ReductionPlan:
 @dataclass(frozen=True)
 class AttentionPlan:
     """The fused attention op (shaders/attention.comp): a partial pass over a grid of
-    (chunk, kv head x head block) workgroups, then a combine pass over (d, head)."""
+    (chunk, kv head x head block) workgroups, then a combine pass over (block of d, head)."""
 
     partial: Kernel
     combine: Kernel
@@ -474,6 +474,7 @@ class KernelPolicy:
     ATTENTION_TARGET_GROUPS = 1024
     ATTENTION_MIN_CHUNK = 64
     ATTENTION_MAX_CHUNK = 2048
+    ATTENTION_COMBINE_COLUMNS = 32
 
     def attention_shared_bytes(self, chunk: int, head_dim: int) -> int:
         """Shared memory of the partial pass: scores[HB*chunk], q[HB*head_dim], red[HB*wg]."""
@@ -516,10 +517,13 @@ class KernelPolicy:
         dx = min(self.wg, _pow2_ceil(head_dim))
         variant = "sg" if self.use_subgroups else "tree"
         partial = Kernel(f"attention.partial.{variant}.spv", (self.wg, chunk, head_dim, dx), PUSH_ATTENTION)
-        combine = Kernel("attention.combine.spv", (self.wg, head_dim), PUSH_ATTENTION_COMBINE)
+        # the combine: COMBINE_COLUMNS columns of a head per workgroup, its other rows of
+        # invocations splitting the chunks (more workgroups, fewer chunks each, than a column each)
+        cx = min(self.wg, self.ATTENTION_COMBINE_COLUMNS, _pow2_ceil(head_dim))
+        combine = Kernel("attention.combine.spv", (self.wg, head_dim, cx), PUSH_ATTENTION_COMBINE)
         ml_off = n_heads * n_chunks * head_dim
         return AttentionPlan(partial, combine, chunk, n_chunks, head_blocks, (n_chunks, blocks, 1),
-                             (_ceil_div(head_dim, self.wg), n_heads, 1), ml_off + 2 * n_heads * n_chunks, ml_off)
+                             (_ceil_div(head_dim, cx), n_heads, 1), ml_off + 2 * n_heads * n_chunks, ml_off)
 
     # -- quantized matrix-vector -------------------------------------------------------------------
     #: knobs of :meth:`qmatvec` (see :meth:`configure_qmatvec`); empty = the device-based choice
