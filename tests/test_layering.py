@@ -87,6 +87,14 @@ def test_every_package_imports_only_the_layers_below_it():
     assert not wrong, "imports against the layering of docs/architecture.md:\n" + "\n".join(wrong)
 
 
+def _nodes_outside(package: str) -> Iterator[tuple[Path, ast.AST]]:
+    """Every AST node of every module that is not in ``package``."""
+    for path, module, tree in _modules():
+        if _package(module) != package:
+            for node in ast.walk(tree):
+                yield path, node
+
+
 def test_only_the_runtime_imports_vulkan():
     users = sorted({p for p, allowed in ALLOWED.items() if "vulkan" in allowed})
     assert users == ["kbench.runtime"], users
@@ -94,28 +102,20 @@ def test_only_the_runtime_imports_vulkan():
 
 def test_records_are_built_by_kbench_results():
     hand_made = []
-    for path, module, tree in _modules():
-        if _package(module) == "kbench.results":
-            continue
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Dict):
-                continue
-            for key, value in zip(node.keys, node.values):
-                if (isinstance(key, ast.Constant) and key.value == "kind" and isinstance(value, ast.Constant)
-                        and value.value in ("run", "case", "peak")):
-                    hand_made.append(_where(path, node))
+    for path, node in _nodes_outside("kbench.results"):
+        if isinstance(node, ast.Dict) and any(
+                isinstance(key, ast.Constant) and key.value == "kind" and isinstance(value, ast.Constant)
+                and value.value in ("run", "case", "peak") for key, value in zip(node.keys, node.values)):
+            hand_made.append(_where(path, node))
     assert not hand_made, ("records built by hand (use kbench.results.case_record / peak_record / "
                            "collect_provenance):\n" + "\n".join(hand_made))
 
 
 def test_spirv_is_loaded_by_kbench_shaders_alone():
     elsewhere = []
-    for path, module, tree in _modules():
-        if _package(module) == "kbench.shaders":
-            continue
-        for node in ast.walk(tree):
-            name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
-            spv_path = isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("spv/")
-            if name == "SPV_DIR" or spv_path or (isinstance(node, ast.FunctionDef) and node.name == "load_spirv"):
-                elsewhere.append(_where(path, node))
+    for path, node in _nodes_outside("kbench.shaders"):
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+        spv_path = isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("spv/")
+        if name == "SPV_DIR" or spv_path or (isinstance(node, ast.FunctionDef) and node.name == "load_spirv"):
+            elsewhere.append(_where(path, node))
     assert not elsewhere, "SPIR-V read outside kbench.shaders (use kbench.shaders.load_spirv):\n" + "\n".join(elsewhere)

@@ -20,6 +20,21 @@ from .op_helpers import (
 
 # --------------------------------------------------------------------------- elementwise
 
+def _elementwise_case(name: str, description: str, generate, reference, setup, launch,
+                      buffers: tuple[str, ...], flops_per: int) -> Case:
+    """An op over ``size`` float32 elements of each of ``buffers`` (in place too)."""
+    return Case(
+        name=name, layer="backend", description=description,
+        generate=generate, reference=reference, setup=setup, launch=launch,
+        collect=read_back("out"), teardown=teardown,
+        validate_sizes=sizes("size", EW_VALIDATE) + ({"size": 4097, "inplace": True},),
+        bench_sizes=sizes("size", EW_BENCH),
+        ops=(name,), tolerance=ELEMENTWISE_TOL,
+        buffers=lambda p: {b: f32_elems(p) for b in buffers},
+        flops=lambda p: flops_per * int(p["size"]), peak="copy_bandwidth",
+    )
+
+
 def _unary(name: str, math_fn, flops_per: int, description: str) -> Case:
     def generate(p: Params, rng: np.random.Generator) -> Arrays:
         return {"x": uniform(rng, p["size"], p.get("scale", 1.0))}
@@ -38,16 +53,8 @@ def _unary(name: str, math_fn, flops_per: int, description: str) -> Case:
     def launch(t: Any, s: dict, p: Params) -> None:
         getattr(t.backend, name)(s["x"], s["out"].handle, int(p["size"]))
 
-    return Case(
-        name=name, layer="backend", description=description,
-        generate=generate, reference=reference, setup=setup, launch=launch,
-        collect=read_back("out"), teardown=teardown,
-        validate_sizes=sizes("size", EW_VALIDATE) + ({"size": 4097, "inplace": True},),
-        bench_sizes=sizes("size", EW_BENCH),
-        ops=(name,), tolerance=ELEMENTWISE_TOL,
-        buffers=lambda p: {"input": f32_elems(p), "output": f32_elems(p)},
-        flops=lambda p: flops_per * int(p["size"]), peak="copy_bandwidth",
-    )
+    return _elementwise_case(name, description, generate, reference, setup, launch, ("input", "output"),
+                             flops_per)
 
 
 def _binary(name: str, math_fn, description: str) -> Case:
@@ -69,16 +76,7 @@ def _binary(name: str, math_fn, description: str) -> Case:
     def launch(t: Any, s: dict, p: Params) -> None:
         getattr(t.backend, name)(s["a"], s["b"], s["out"].handle, int(p["size"]))
 
-    return Case(
-        name=name, layer="backend", description=description,
-        generate=generate, reference=reference, setup=setup, launch=launch,
-        collect=read_back("out"), teardown=teardown,
-        validate_sizes=sizes("size", EW_VALIDATE) + ({"size": 4097, "inplace": True},),
-        bench_sizes=sizes("size", EW_BENCH),
-        ops=(name,), tolerance=ELEMENTWISE_TOL,
-        buffers=lambda p: {"a": f32_elems(p), "b": f32_elems(p), "output": f32_elems(p)},
-        flops=lambda p: int(p["size"]), peak="copy_bandwidth",
-    )
+    return _elementwise_case(name, description, generate, reference, setup, launch, ("a", "b", "output"), 1)
 
 
 SILU = _unary("silu", ref.silu, 4, "out = x * sigmoid(x)")
