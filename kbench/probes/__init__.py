@@ -7,6 +7,7 @@ Their logs of record are under results/<device>/probes/ and are cited in the REA
 - ``read_floor``: how fast any kernel reads a quantized_matmul call's weight bytes;
 - ``transfer``: host<->device transfer speed, the host copy and the DMA apart;
 - ``lifetimes``: resources leaked across create/destroy cycles on the real driver;
+- ``attention``: chunk sizes and partial passes of the fused decode attention, beside torch's SDPA;
 - ``h200``: the large-buffer slowdown and dispatch round trip with the SM clock sampled (NVML).
 """
 
@@ -23,6 +24,7 @@ PROBES = {
     "read_floor": "the weight-read floor of quantized_matmul on this device",
     "transfer": "host<->device transfer speed (host copy and DMA apart)",
     "lifetimes": "resources leaked across create/destroy cycles",
+    "attention": "chunk sizes and partial passes of the fused decode attention (and torch SDPA)",
     "h200": "large-buffer slowdown and dispatch round trip with the SM clock (NVML)",
 }
 
