@@ -22,6 +22,7 @@ import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from kbench.results.records import case_name  # noqa: E402
 from kbench.results.schema import slug  # noqa: E402
 
 from .frames import BANDWIDTH_UNIT, COMPUTE_UNIT, PeakTable, peaks_frame, prepare  # noqa: E402
@@ -111,10 +112,10 @@ def _draw_roofline(ax, points, device_peaks, bw_peak) -> None:
         ax.plot(grid, roof, lw=1.5, label=f"{name.removeprefix('peak.')} {value:.4g} GFLOP/s")
     # one colour and marker per op, named in the legend: per-point case ids would pile up into
     # an unreadable block where sizes of one op sit close together
-    ops = list(dict.fromkeys(str(row).split("[")[0] for row, _, _ in points))
+    ops = list(dict.fromkeys(case_name(str(row)) for row, _, _ in points))
     markers = "osD^v<>ph*"
     for i, op in enumerate(ops):
-        mine = [(x, y) for row, x, y in points if str(row).split("[")[0] == op]
+        mine = [(x, y) for row, x, y in points if case_name(str(row)) == op]
         ax.scatter([p[0] for p in mine], [p[1] for p in mine], s=22, zorder=3, marker=markers[i % len(markers)],
                    color=plt.cm.tab10(i % 10), label=f"{op} ({len(mine)})")
     ax.set_xscale("log")
