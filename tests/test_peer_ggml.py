@@ -89,6 +89,10 @@ else:
     row("MUL_MAT", "type_a=q4_0,type_b=f32,m=16,n=1,k=256", "test", 1, 1, "", 0)
     row("SOFT_MAX", "type=f32,ne=[4,4,1,1]", "test", 1, 0, "NMSE = 0.5 > 1e-7", 0)
     row("ADD", "type=f16,ne=[1,1,8,1]", "test", 0, 0, "", 0)
+    if "CRASH" in __import__("os").environ:
+        sys.stdout.flush()
+        sys.stderr.write("GGML_ASSERT(x) failed")
+        __import__("os").abort()
 """
 
 
@@ -137,6 +141,20 @@ def test_runner_records_ggml_test_mode_verdicts(fake_binary, tmp_path):
         ("MUL_MAT", "pass"), ("SOFT_MAX", "fail"), ("ADD", "unsupported")]
     assert "NMSE = 0.5" in cases[1]["reason"]
     assert runner.summary.new_failures and "ggml-vulkan" in runner.summary.new_failures[0]
+
+
+def test_a_ggml_crash_midway_keeps_the_rows_before_it_and_is_an_error_of_its_own(fake_binary, tmp_path,
+                                                                                   monkeypatch):
+    from kbench.bench.runner import RunOptions, Runner
+
+    monkeypatch.setenv("CRASH", "1")
+    runner = Runner(RunOptions(mode="validate", backend="numpy", peer="ggml", ggml_bin=fake_binary,
+                               patterns=["add[size=3]"], out_dir=tmp_path / "out"))
+    runner._run_peer(runner.peers[0])
+    cases = [r for r in _records(runner.files) if r["kind"] == "case"]
+    assert [r["status"] for r in cases] == ["pass", "fail", "unsupported", "error"], cases
+    assert cases[-1]["case"] == "ggml_run" and "after 3 result(s)" in cases[-1]["reason"]
+    assert "GGML_ASSERT" in cases[-1]["reason"], cases[-1]["reason"]
 
 
 def test_runner_records_an_unavailable_ggml_peer_instead_of_dropping_it(tmp_path, monkeypatch):

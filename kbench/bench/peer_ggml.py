@@ -219,10 +219,26 @@ def find_binary(path: str | os.PathLike | None) -> Path:
     return Path(found)
 
 
-def run_binary(binary: Path, args: Iterable[str], *, timeout: float, device: int = 0) -> list[GgmlRow]:
+@dataclass(frozen=True)
+class BinaryRun:
+    """What one run of the binary gave: its rows, exit status and the end of its stderr."""
+
+    rows: list[GgmlRow]
+    returncode: int
+    stderr_tail: str
+
+    def failure(self) -> str:
+        """"" for a clean exit, else what went wrong (a crash midway still leaves the rows before it)."""
+        if self.returncode == 0:
+            return ""
+        how = f"killed by signal {-self.returncode}" if self.returncode < 0 else f"exited {self.returncode}"
+        return f"test-backend-ops {how} after {len(self.rows)} result(s): {self.stderr_tail}"
+
+
+def run_binary(binary: Path, args: Iterable[str], *, timeout: float, device: int = 0) -> BinaryRun:
     """Run test-backend-ops with ``args`` on Vulkan device ``device`` (the index kbench lists;
     GGML_VK_VISIBLE_DEVICES names it, so a CPU driver such as lavapipe is used too, which ggml
-    skips by default); its rows (PeerUnavailable when it cannot run at all)."""
+    skips by default). PeerUnavailable when it cannot run at all or printed nothing."""
     cmd = [str(binary), *args, "-b", "Vulkan0", "--output", "sql"]
     env = dict(os.environ, GGML_VK_VISIBLE_DEVICES=str(int(device)))
     try:
@@ -232,10 +248,10 @@ def run_binary(binary: Path, args: Iterable[str], *, timeout: float, device: int
     except OSError as exc:
         raise PeerUnavailable(f"{PEER_NAME}: cannot run {binary}: {exc}") from None
     rows = parse_sql(proc.stdout)
+    tail = " ".join((proc.stderr or "")[-600:].split())
     if not rows and proc.returncode != 0:
-        tail = " ".join((proc.stderr or proc.stdout)[-600:].split())
         raise PeerUnavailable(f"{PEER_NAME}: {binary.name} exited {proc.returncode}: {tail}")
-    return rows
+    return BinaryRun(rows, proc.returncode, tail)
 
 
 # --------------------------------------------------------------------------- records
@@ -301,16 +317,22 @@ def drive(binary: str | None, mode: str, instances: list[Any], props: dict[str, 
         with tempfile.NamedTemporaryFile("w", prefix="kbench-ggml-", suffix=".txt", delete=False) as tf:
             tf.write("\n".join(line for line in lines if line) + "\n")
         try:
-            rows = run_binary(exe, ["perf", "--test-file", tf.name], timeout=max(600.0, timeout), device=device)
+            run = run_binary(exe, ["perf", "--test-file", tf.name], timeout=max(600.0, timeout), device=device)
         finally:
             os.unlink(tf.name)
-        records = perf_records(instances, rows)
+        records = perf_records(instances, run.rows)
     else:
         pattern = f"^(?!.*type_a=)|type_a=({'|'.join(TEST_TYPES)}),"
-        rows = run_binary(exe, ["test", "-o", ",".join(TEST_OPS), "-p", pattern], timeout=max(3600.0, timeout),
-                          device=device)
-        records = test_records(rows)
-    commit = next((r.build_commit for r in rows if r.build_commit), "unknown")
+        run = run_binary(exe, ["test", "-o", ",".join(TEST_OPS), "-p", pattern], timeout=max(3600.0, timeout),
+                         device=device)
+        records = test_records(run.rows)
+    if run.failure():
+        # a crash midway: the rows before it stand, and the crash is a result of its own
+        from kbench.results.records import case_record
+
+        records.append(case_record("ggml_run", {"mode": mode}, mode=mode, status="error", reason=run.failure(),
+                                   **_base(mode)))
+    commit = next((r.build_commit for r in run.rows if r.build_commit), "unknown")
     return f"{PEER_NAME}@{commit[:7]}", records
 
 
