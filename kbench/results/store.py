@@ -12,16 +12,17 @@ import os
 import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from .provenance import make_run_id, utc_now
+from .records import implementation_of, make_case_id, peak_record
 from .schema import (
     CASE_REQUIRED, DEVICE_COLUMNS, PEAK_REQUIRED, PEAK_UNITS, SCHEMA_VERSION, RecordError,
     to_json_value, validate_record,
 )
-from .records import implementation_of, make_case_id, peak_record
+
+if TYPE_CHECKING:  # pandas is imported by load_runs alone
+    import pandas as pd
 
 _NONFINITE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
 
@@ -301,6 +302,8 @@ def load_runs(paths: Iterable[str | Path] | str | Path) -> pd.DataFrame:
     that was not loaded (also issued through ``warnings.warn``). A malformed or foreign file
     raises ResultsFormatError naming the file and line.
     """
+    import pandas as pd  # only the loader needs it: writing records and case ids stay light
+
     headers, rows, notes = _load(paths)
     frame = pd.DataFrame(rows)
     for column in _BASE_COLUMNS:
