@@ -305,6 +305,16 @@ def test_records(rows: list[GgmlRow]) -> list[dict[str, Any]]:
     return out
 
 
+def _run_error(what: str, run: BinaryRun) -> dict[str, Any]:
+    """A run of the binary that ended badly midway: an error record of its own (the rows it
+    printed before stand)."""
+    from kbench.results.records import case_record
+
+    mode = "bench" if what.startswith("bench") else "validate"
+    return case_record("ggml_run", {"run": what.replace(" ", "_")}, mode=mode, status="error", reason=run.failure(),
+                       **_base(mode))
+
+
 def drive(binary: str | None, mode: str, instances: list[Any], props: dict[str, Any] | None,
           timeout: float) -> tuple[str, list[dict[str, Any]]]:
     """Run the binary for ``mode``; (implementation name with ggml's build commit, records)."""
@@ -323,15 +333,16 @@ def drive(binary: str | None, mode: str, instances: list[Any], props: dict[str, 
         records = perf_records(instances, run.rows)
     else:
         pattern = f"^(?!.*type_a=)|type_a=({'|'.join(TEST_TYPES)}),"
-        run = run_binary(exe, ["test", "-o", ",".join(TEST_OPS), "-p", pattern], timeout=max(3600.0, timeout),
-                         device=device)
-        records = test_records(run.rows)
+        # one run per op: a crash in one op's tests leaves the other ops' verdicts standing
+        runs = [(op, run_binary(exe, ["test", "-o", op, "-p", pattern], timeout=max(3600.0, timeout), device=device))
+                for op in TEST_OPS]
+        records = [rec for _, r in runs for rec in test_records(r.rows)]
+        records += [_run_error(f"{mode} {op}", r) for op, r in runs if r.failure()]
+        rows = [row for _, r in runs for row in r.rows]
+        commit = next((row.build_commit for row in rows if row.build_commit), "unknown")
+        return f"{PEER_NAME}@{commit[:7]}", records
     if run.failure():
-        # a crash midway: the rows before it stand, and the crash is a result of its own
-        from kbench.results.records import case_record
-
-        records.append(case_record("ggml_run", {"mode": mode}, mode=mode, status="error", reason=run.failure(),
-                                   **_base(mode)))
+        records.append(_run_error(mode, run))
     commit = next((r.build_commit for r in run.rows if r.build_commit), "unknown")
     return f"{PEER_NAME}@{commit[:7]}", records
 
