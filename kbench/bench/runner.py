@@ -31,6 +31,7 @@ from .implementations import Implementation, main_kinds, peer_kinds, resolve
 from .peaks import peak_fraction
 from .queues import QUEUE_CONFIGS, QueueConfig
 from .timing import TimingPolicy
+from .worker import PARENT_ENV
 
 #: time allowed for a worker to open its device
 OPEN_TIMEOUT_S = 120.0
@@ -146,12 +147,24 @@ class _LineReader:
         self.sel.close()
 
 
-def _tail(path: Path, n: int = 600) -> str:
+def _tail(err: Any, n: int = 600) -> str:
+    """The last ``n`` characters of the worker's stderr (an open file), whitespace folded."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        err.flush()
+        size = os.fstat(err.fileno()).st_size
+        err.seek(max(0, size - 4 * n))
+        text = err.read().decode("utf-8", "replace")
+    except (OSError, ValueError):
         return ""
     return " ".join(text[-n:].split())
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM reached the runner: it stops as on Ctrl-C (worker ended, summary written)."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise _Terminated()
 
 
 def _exit_text(rc: int) -> str:
@@ -211,6 +224,12 @@ class Runner:
     # -- running ----------------------------------------------------------------------------------
     def run(self) -> RunResult:
         interrupted = False
+        previous = None
+        try:
+            # SIGTERM stops the run as Ctrl-C does: the worker is killed, the summary written
+            previous = signal.signal(signal.SIGTERM, _on_sigterm)
+        except ValueError:
+            pass  # not the main thread: signals stay as they are
         try:
             devices = self.devices()
             for impl, insts in self.plan:
@@ -220,6 +239,9 @@ class Runner:
                 self._run_peer(peer)
         except KeyboardInterrupt:
             interrupted = True
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
         self.progress.end()
         return RunResult(self.summary, self.files, interrupted)
 
@@ -340,13 +362,18 @@ class Runner:
 
     def _one_worker(self, job: dict[str, Any], remaining: list[str], on_record, on_ready) -> bool:
         """One worker process; returns True when no restart is needed."""
-        with tempfile.NamedTemporaryFile("w+b", prefix="kbench-worker-", suffix=".err", delete=False) as err:
-            err_path = Path(err.name)
+        # the worker's stderr: a temporary file without a name (nothing left behind even when
+        # this process is killed), read back for the end of a crash's messages
+        err_file = tempfile.TemporaryFile("w+b", prefix="kbench-worker-", suffix=".err")
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")]))
-        with open(err_path, "wb") as err_file:
+        env[PARENT_ENV] = str(os.getpid())
+        try:
             proc = subprocess.Popen([sys.executable, "-m", "kbench.bench.worker"], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=err_file, env=env, start_new_session=True)
+        except BaseException:
+            err_file.close()
+            raise
         reader = _LineReader(proc.stdout)
         current: str | None = None
         ready = False
@@ -366,8 +393,10 @@ class Runner:
             return True
         try:
             assert proc.stdin is not None
-            proc.stdin.write(json.dumps(job, default=str).encode())
-            proc.stdin.close()
+            # the job is one line; stdin stays open while this process lives (the worker ends
+            # itself at its end of file: kbench.bench.worker)
+            proc.stdin.write(json.dumps(job, default=str).encode() + b"\n")
+            proc.stdin.flush()
             deadline = time.monotonic() + max(OPEN_TIMEOUT_S, self.options.timeout)
             while True:
                 line = reader.readline(deadline)
@@ -381,11 +410,11 @@ class Runner:
                     rc = proc.wait()
                     if current is not None:
                         return fail_current(f"worker process crashed ({_exit_text(rc)}) while running this case; the "
-                                            f"run went on with a fresh worker. stderr: {_tail(err_path)}")
+                                            f"run went on with a fresh worker. stderr: {_tail(err_file)}")
                     if not ready or not results:
                         # nothing ran: restarting would loop, so the rest is recorded as errors
                         what = "before opening the device" if not ready else "before running any case"
-                        return fail_rest(f"worker exited {what} ({_exit_text(rc)}): {_tail(err_path)}")
+                        return fail_rest(f"worker exited {what} ({_exit_text(rc)}): {_tail(err_file)}")
                     return not remaining
                 try:
                     event = json.loads(line)
@@ -417,6 +446,10 @@ class Runner:
             raise
         finally:
             reader.close()
+            try:
+                proc.stdin.close()  # a worker still running ends at this end of file
+            except OSError:
+                pass
             if proc.poll() is None:
                 try:
                     proc.wait(timeout=30)
@@ -424,7 +457,7 @@ class Runner:
                     self._kill(proc)
             if proc.stdout is not None:
                 proc.stdout.close()
-            err_path.unlink(missing_ok=True)
+            err_file.close()
 
     @staticmethod
     def _kill(proc: subprocess.Popen) -> None:

@@ -12,6 +12,10 @@ line on its original stdout (everything else the process prints goes to stderr):
 The parent (kbench.bench.runner) enforces the per-case time limit and restarts a worker that
 crashed or hung, skipping the case it was running. A lost device ends the worker (exit code 3)
 so that the next case starts on a fresh device.
+
+The job is the first line on stdin; the parent keeps stdin open for the worker's life, so the
+worker ends itself when stdin reaches end of file: the parent is gone (killed, even with
+SIGKILL, whose end closes the pipe). On Linux a parent-death signal backs that up.
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ from typing import Any, TextIO
 
 EXIT_OPEN_FAILED = 2
 EXIT_DEVICE_LOST = 3
+#: exit status of a worker that ended because its parent went away
+EXIT_ORPHANED = 4
+#: the parent's pid, so that a worker whose parent died before it could ask for a parent-death
+#: signal still notices
+PARENT_ENV = "KBENCH_WORKER_PARENT"
 
 #: Fault injection for testing the runner's robustness: ``hang:<glob>`` sleeps and
 #: ``crash:<glob>`` aborts the worker when it starts a case whose id matches the glob.
@@ -153,11 +162,53 @@ def _watch_clocks(target: Any, backend: str) -> None:
     target.closers.insert(0, keeper.close)  # closed last, after the target's own objects
 
 
+def _die_with_parent() -> None:
+    """End this process when the parent does: SIGKILL on the parent's death (Linux prctl
+    PR_SET_PDEATHSIG), and a thread that exits when stdin, kept open by the parent, ends."""
+    import threading
+
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            import signal
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            PR_SET_PDEATHSIG = 1
+            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # the stdin watch below still works
+    parent = os.environ.get(PARENT_ENV, "")
+    if parent.isdigit() and os.getppid() != int(parent):
+        os._exit(EXIT_ORPHANED)  # the parent died before the signal was asked for
+
+    def watch() -> None:
+        try:
+            while os.read(sys.stdin.fileno(), 1 << 12):
+                pass
+        except OSError:
+            pass
+        os._exit(EXIT_ORPHANED)  # from any thread: also while the main thread waits on a GPU
+
+    threading.Thread(target=watch, name="kbench-parent-watch", daemon=True).start()
+
+
+def _read_job() -> dict[str, Any]:
+    """The job: stdin's first line (older parents close stdin after it instead)."""
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = os.read(sys.stdin.fileno(), 1)
+        if not chunk:
+            break
+        line += chunk
+    return json.loads(line)
+
+
 def main() -> int:
     # keep the protocol stream clean: anything printed by drivers or libraries goes to stderr
     proto = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    job = json.loads(sys.stdin.read())
+    job = _read_job()
+    _die_with_parent()
     return run_job(job, proto)
 
 

@@ -1,0 +1,96 @@
+"""Issue 22, the runner: a killed `kbench bench` leaves no worker running and no file behind, and
+SIGTERM stops it as Ctrl-C does (worker ended, summary printed, finished records kept)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find the worker")
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        # the command may hold spaces and parentheses: the fields after the last ')' are fixed
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(d))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _start_hung_bench(tmp_path: Path) -> tuple[subprocess.Popen, int]:
+    """`kbench validate` whose second case hangs; returns it and its worker's pid once the
+    worker runs the hung case (the hang is a sleep in the worker)."""
+    env = dict(os.environ, KBENCH_INJECT_FAULT="hang:add[size=3]", TMPDIR=str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "kbench", "validate", "--backend", "numpy", "-k", "add",
+                             "--timeout", "100", "--quiet", "--out", str(tmp_path / "out")],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        kids = _children(proc.pid)
+        files = list((tmp_path / "out").glob("*.jsonl"))
+        # wait for the worker and for the header and the record of the case before the hung one
+        if kids and files and files[0].read_text().count("\n") >= 2:
+            return proc, kids[0]
+        time.sleep(0.2)
+    proc.kill()
+    pytest.fail(f"the worker did not start within 120 s: {proc.communicate()}")
+
+
+def _wait_gone(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_sigterm_ends_the_worker_and_prints_the_summary(tmp_path):
+    proc, worker = _start_hung_bench(tmp_path)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        os.kill(worker, signal.SIGKILL)
+        pytest.fail("kbench did not stop within 60 s of SIGTERM")
+    assert _wait_gone(worker, 10), f"worker {worker} still runs after SIGTERM of kbench"
+    assert proc.returncode == 130, (proc.returncode, out, err)
+    assert "kbench validate:" in out and "interrupted" in out, out
+    lines = next((tmp_path / "out").glob("*.jsonl")).read_text().splitlines()
+    assert len(lines) == 2 and '"add[size=1]"' in lines[1], lines  # header + the case finished before the hang
+
+
+def test_sigkill_of_kbench_ends_the_worker_and_leaves_no_temporary_file(tmp_path):
+    proc, worker = _start_hung_bench(tmp_path)
+    proc.kill()
+    proc.communicate(timeout=30)
+    gone = _wait_gone(worker, 15)
+    if not gone:
+        os.kill(worker, signal.SIGKILL)
+    assert gone, f"worker {worker} was orphaned: still running 15 s after kbench was killed"
+    left = sorted(p.name for p in (tmp_path / "tmp").iterdir())
+    assert not left, f"files left in the temporary folder: {left}"
