@@ -214,6 +214,13 @@ class VulkanBackend(ComputeBackend):
 
     # -- memory -----------------------------------------------------------------------------------
     def _allocate(self, handle: BufferHandle) -> None:
+        # refused before anything is allocated: a size no memory holds (OutOfDeviceMemoryError),
+        # then one no kernel could bind (every op binds whole buffers)
+        self._mgr.check_allocation(_padded(handle.size_bytes))
+        limit = int(self._props["max_storage_buffer_range"])
+        if handle.size_bytes > limit:
+            raise ValueError(f"allocate: {handle.size_bytes} bytes is more than the device's maxStorageBufferRange "
+                             f"({limit} bytes), the largest buffer a kernel can bind")
         tensor = self._mgr.buffer(_padded(handle.size_bytes))
         self._buffers[handle.id] = _DeviceBuffer(tensor)
 

@@ -5,7 +5,7 @@ docs/architecture.md for kbench's extensions and the Kompute defects fixed here.
 """
 from .algorithm import Algorithm
 from .compiler import compile_source
-from .errors import (DeviceLostError, OutOfDeviceMemoryError, ShaderCompileError, UnsupportedFeatureError,
+from .errors import (DeviceBusyError, DeviceLostError, OutOfDeviceMemoryError, ShaderCompileError, UnsupportedFeatureError,
                      ValidationError, VulkanError)
 from .manager import Manager, list_devices
 from .ops import (AccessFlags, OpAlgoDispatch, OpBase, OpMemoryBarrier, OpMult, OpTensorCopy, OpTensorCopyRegion,
@@ -14,7 +14,7 @@ from .sequence import Sequence
 from .tensor import DataTypes, Tensor, TensorTypes
 
 __all__ = [
-    "AccessFlags", "Algorithm", "DataTypes", "DeviceLostError", "Manager", "OpAlgoDispatch", "OpBase",
+    "AccessFlags", "Algorithm", "DataTypes", "DeviceBusyError", "DeviceLostError", "Manager", "OpAlgoDispatch", "OpBase",
     "OpMemoryBarrier", "OpMult", "OpTensorCopy", "OpTensorCopyRegion", "OpTensorFill", "OpTensorRead",
     "OpTensorSyncDevice", "OpTensorSyncLocal", "OpTensorWrite", "OutOfDeviceMemoryError", "PipelineStageFlags",
     "Sequence", "ShaderCompileError", "Tensor", "TensorTypes", "UnsupportedFeatureError", "ValidationError",

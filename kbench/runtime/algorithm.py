@@ -144,6 +144,9 @@ class Pipeline:
 
     def destroy(self) -> None:
         dev = self.mgr._device
+        if dev is None:  # an abandoned Manager keeps its objects
+            self.pipeline = self.layout = self.module = None
+            return
         if self.pipeline is not None:
             vk.vkDestroyPipeline(dev, self.pipeline, None)
             self.mgr._stats["pipelines"] -= 1
@@ -248,7 +251,7 @@ class Algorithm(ManagedObject):
         info = reflect(spirv)
         if "main" not in info.entry_points:
             raise ValueError(f"SPIR-V has no entry point 'main' (found {info.entry_points})")
-        if info.binding_count > len(tensors):
+        if info.binding_count != len(tensors):
             raise ValueError(f"the shader uses {info.binding_count} bindings but {len(tensors)} tensors were given "
                              f"(binding i is tensor i)")
         max_range = mgr._props["max_storage_buffer_range"]

@@ -63,6 +63,9 @@ class DescriptorAllocator:
         self.mgr._stats["descriptor_sets"] -= 1
 
     def destroy(self) -> None:
+        if self.mgr._device is None:
+            self.pools, self.owner = [], {}
+            return
         for pool in self.pools:
             vk.vkDestroyDescriptorPool(self.mgr._device, pool, None)
         self.pools = []

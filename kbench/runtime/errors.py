@@ -18,6 +18,13 @@ class DeviceLostError(VulkanError):
     """The device was lost (driver reset, hang, crash); the Manager is unusable afterwards."""
 
 
+class DeviceBusyError(VulkanError):
+    """Submitted GPU work did not finish within a bounded wait of a destroy (an endless or very
+    long shader). From ``Manager.destroy``, ``Sequence.destroy`` and the destroy of a tensor or
+    algorithm in use, the Manager is then abandoned: its Vulkan objects stay allocated (freeing
+    memory the GPU still uses would crash) until the process exits, and the Manager is unusable."""
+
+
 class OutOfDeviceMemoryError(VulkanError, MemoryError):
     """The device (or host memory the driver needs) ran out of memory."""
 

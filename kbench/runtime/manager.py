@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import warnings
 import weakref
 from typing import Any, Iterable
@@ -14,7 +15,7 @@ from ._vk import lib, vk
 from .algorithm import Algorithm, Pipeline
 from .descriptors import DescriptorAllocator
 from .device import COOPMAT_EXT, Instance, describe, device_extensions, query_features
-from .errors import DeviceLostError, ValidationError
+from .errors import DeviceBusyError, DeviceLostError, OutOfDeviceMemoryError, ValidationError
 from .memory import HOST_IMPORT_EXT, StagingPool, host_import_alignment
 from .sequence import Sequence
 from .tensor import Tensor, TensorTypes, numpy_dtype
@@ -64,6 +65,8 @@ class Manager:
     DEFAULT_STREAM_MIN_BYTES = 16 << 20
     DEFAULT_ZERO_COPY_MIN_BYTES = 16 << 20
     DEFAULT_TRANSFER_CHUNK_BYTES = 8 << 20  # H200: 8 MiB chunks streamed fastest of 1-16 MiB
+    #: default for :attr:`destroy_timeout_s`
+    DEFAULT_DESTROY_TIMEOUT_S = 10.0
 
     def __init__(self, device: int = 0, family_queue_indices: Iterable[int] | None = None,
                  desired_extensions: Iterable[str] | None = None, *, validation: bool | None = None):
@@ -133,7 +136,11 @@ class Manager:
         if not isinstance(nbytes, (int, np.integer)) or isinstance(nbytes, bool) or nbytes <= 0:
             raise ValueError(f"nbytes must be a positive int, got {nbytes!r}")
         tensor_type = self._tensor_type(tensor_type)
-        return Tensor(self, np.zeros(int(nbytes), np.uint8), tensor_type, zero=True)
+        self.check_allocation(int(nbytes))
+        # a zero-stride view: no host memory until a device tensor's host side needs it, so a
+        # size the device cannot hold is refused by the device, not by a host-side array
+        zeros = np.broadcast_to(np.zeros(1, np.uint8), (int(nbytes),))
+        return Tensor(self, zeros, tensor_type, zero=True)
 
     def algorithm(self, tensors: Iterable[Tensor] | None = None, spirv: bytes | None = None,
                   workgroup=None, spec_consts=None, push_consts=None) -> Algorithm:
@@ -163,8 +170,12 @@ class Manager:
         return dict(self._props)
 
     def destroy(self) -> None:
-        """Wait for the device, then free everything this Manager made, in dependency order."""
-        if not self._alive and self._device is None:
+        """Wait for the device, then free everything this Manager made, in dependency order.
+
+        The wait is bounded by :attr:`destroy_timeout_s`: when submitted work has not finished by
+        then (an endless shader), the Manager is abandoned (its Vulkan objects stay allocated until
+        the process exits, since freeing memory the GPU uses could crash) and DeviceBusyError says so."""
+        if self._abandoned or (not self._alive and self._device is None):
             return
         self._alive = False
         self._teardown()
@@ -198,6 +209,34 @@ class Manager:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"wait_spin_ns must be a non-negative int (nanoseconds), got {value!r}")
         self._wait_spin_ns = value
+
+    @property
+    def destroy_timeout_s(self) -> float:
+        """Seconds a destroy (of the Manager, a sequence, or a tensor or algorithm in use) waits for
+        running GPU work before it gives up with DeviceBusyError and abandons the Manager."""
+        return self._destroy_timeout_s
+
+    @destroy_timeout_s.setter
+    def destroy_timeout_s(self, value: float) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e9:
+            raise ValueError(f"destroy_timeout_s must be a non-negative number of seconds, got {value!r}")
+        self._destroy_timeout_s = float(value)
+
+    @property
+    def abandoned(self) -> bool:
+        """True when a destroy gave up waiting for the GPU (see :attr:`destroy_timeout_s`)."""
+        return self._abandoned
+
+    def check_allocation(self, nbytes: int) -> None:
+        """Raise OutOfDeviceMemoryError when one buffer of ``nbytes`` cannot exist on this device
+        (over maxMemoryAllocationSize or the largest memory heap), before anything is allocated."""
+        heaps = [int(h["size"]) for h in self._props.get("memory_heaps", []) if isinstance(h, dict) and "size" in h]
+        limit = min([self._max_allocation_size] + ([max(heaps)] if heaps else []))
+        if nbytes > limit:
+            raise OutOfDeviceMemoryError(
+                f"a buffer of {nbytes} bytes cannot be allocated on {self._props.get('device_name')}: the most "
+                f"is {limit} bytes (maxMemoryAllocationSize {self._max_allocation_size}, largest heap "
+                f"{max(heaps) if heaps else 'unknown'})", "VK_ERROR_OUT_OF_DEVICE_MEMORY")
 
     @property
     def stream_min_bytes(self) -> int:
@@ -286,13 +325,19 @@ class Manager:
             raise ValidationError(f"{len(self._messages)} validation message(s):\n" + "\n".join(self._messages[:20]))
 
     def wait_idle(self) -> None:
+        """Wait for all submitted work (Ctrl-C interrupts the wait for running sequences)."""
         self._check_alive()
+        for seq in list(self._sequences):
+            if seq._running:
+                seq.eval_await()
         self._result(lib.vkDeviceWaitIdle(self._device), "vkDeviceWaitIdle")
 
     # --- internals -----------------------------------------------------------------------------
     def _init_state(self) -> None:
         self._alive = False
         self._lost = False
+        self._abandoned = False
+        self._destroy_timeout_s = self.DEFAULT_DESTROY_TIMEOUT_S
         self._device = None
         self._owns_device = True
         self._instance = None
@@ -337,8 +382,9 @@ class Manager:
                 raise ValueError(f"family_queue_indices[{i}] = {fam}: queue family {fam} has no compute support "
                                  f"(flags: {', '.join(qfs[fam]['flags'])})")
             counts[fam] = counts.get(fam, 0) + 1
-            if counts[fam] > qfs[fam]["count"]:
-                raise ValueError(f"family_queue_indices asks for {counts[fam]} queues of family {fam}, "
+        for fam, n in counts.items():
+            if n > qfs[fam]["count"]:
+                raise ValueError(f"family_queue_indices asks for {n} queues of family {fam}, "
                                  f"which has only {qfs[fam]['count']}")
         available = device_extensions(self._physical)
         exts = []
@@ -481,14 +527,30 @@ class Manager:
             s.discard(obj)
 
     def _before_free(self, obj) -> None:
-        """Wait for running sequences that use ``obj`` before its Vulkan objects go away."""
+        """Wait for running sequences that use ``obj`` before its Vulkan objects go away (at most
+        destroy_timeout_s), and mark every sequence that recorded it stale: it will not submit
+        commands naming freed objects."""
         if not self._alive:
             return  # tearing down: the device is already idle
         for seq in list(self._sequences):
-            if seq._running and seq.uses(obj):
-                seq.eval_await()
+            if seq.uses(obj):
+                if seq._running:
+                    seq._finish_within(f"destroying {obj!r}", abandon=True)
+                seq._stale = type(obj).__name__.lower()
+
+    def _abandon(self, reason: str) -> None:
+        """Give up on this device: GPU work that does not finish still uses its objects, so
+        nothing is freed (until the process exits) and every later call says the Manager is gone."""
+        warnings.warn(f"kbench.runtime: {reason}; the Manager is abandoned and its Vulkan objects stay "
+                      "allocated until the process exits", RuntimeWarning, stacklevel=3)
+        self._abandoned = True
+        self._alive = False
+        self._device = None  # every free path skips Vulkan calls without a device
 
     def _check_alive(self) -> None:
+        if self._abandoned:
+            raise DeviceBusyError("this Manager was abandoned: a destroy gave up waiting for GPU work that did not "
+                                  "finish (see Manager.destroy_timeout_s); create a new Manager")
         if self._lost:
             raise DeviceLostError("the Vulkan device was lost earlier; create a new Manager", "VK_ERROR_DEVICE_LOST")
         if not self._alive:
@@ -509,6 +571,7 @@ class Manager:
         owned = (list(self._sequences), list(self._algorithms), list(self._tensors))
         self._alive = False
         if self._device is not None:
+            self._wait_for_sequences(owned[0] + ([self._util_seq] if self._util_seq is not None else []))
             try:
                 lib.vkDeviceWaitIdle(self._device)
             except Exception:
@@ -543,6 +606,22 @@ class Manager:
                 return
         del owned
         self._destroy_device()
+
+    def _wait_for_sequences(self, seqs: list) -> None:
+        """Wait for the running ones of ``seqs`` at most destroy_timeout_s in all; abandon the
+        Manager and raise DeviceBusyError when one is still running then."""
+        deadline = time.monotonic() + self._destroy_timeout_s
+        for seq in seqs:
+            if not seq._running or getattr(seq, "_fences", None) is None:
+                continue
+            left = max(0.0, deadline - time.monotonic())
+            res = seq._block(int(left * 1e9))
+            if res == vk.VK_TIMEOUT:
+                self._abandon(f"Manager.destroy: the GPU did not finish within {self._destroy_timeout_s:g} s")
+                raise DeviceBusyError(
+                    f"Manager.destroy: submitted GPU work did not finish within {self._destroy_timeout_s:g} s "
+                    "(Manager.destroy_timeout_s; an endless or very long shader?): the Manager was abandoned and "
+                    "its device memory stays allocated until the process exits", "VK_TIMEOUT")
 
     def _destroy_device(self) -> None:
         self._teardown_pending = False

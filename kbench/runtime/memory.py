@@ -113,6 +113,9 @@ class Buffer:
             return
         self._freed = True
         dev = self.mgr._device
+        if dev is None:  # an abandoned Manager: the GPU may still use the memory, so it stays
+            self.handle = self.memory = self.ptr = None
+            return
         if self.handle is not None:
             vk.vkDestroyBuffer(dev, self.handle, None)
         if self.memory is not None:

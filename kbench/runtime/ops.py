@@ -60,6 +60,8 @@ def _tensor_list(tensors: Any, what: str, minimum: int = 1) -> list[Tensor]:
         if not isinstance(t, Tensor):
             raise TypeError(f"{what}: tensors[{i}] is {type(t).__name__}, expected a kbench.runtime.Tensor")
         t._check()
+        if t._mgr is not tensors[0]._mgr:
+            raise ValueError(f"{what}: tensors[{i}] belongs to another Manager than tensors[0]")
     return tensors
 
 
@@ -112,6 +114,19 @@ class OpBase:
 
     def accesses(self) -> list[tuple[Tensor, bool]]:
         return []
+
+    def objects(self) -> list:
+        """The tensors and algorithms this op refers to (by default those of ``accesses()``, a
+        ``tensors`` list and an ``algorithm`` attribute). The sequence refuses an op whose objects
+        belong to another Manager, and refuses to submit once one of them was destroyed."""
+        objs = [t for t, _ in self.accesses()]
+        tensors = getattr(self, "tensors", None)
+        if isinstance(tensors, list):
+            objs.extend(tensors)
+        algo = getattr(self, "algorithm", None)
+        if algo is not None:
+            objs.append(algo)
+        return objs
 
     def release(self) -> None:
         """Give back transient resources (staging) when the sequence is cleared or destroyed."""

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from . import _vk
 from .memory import ManagedObject
 from ._vk import UINT64_MAX, ffi, lib, vk
-from .errors import DeviceLostError
+from .errors import DeviceBusyError, DeviceLostError
 from .ops import OpBase
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -18,6 +18,8 @@ _SHADER_OR_TRANSFER = vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | vk.VK_PIPELINE_S
 _WRITES = vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT
 _READS_WRITES = (vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_READ_BIT
                  | vk.VK_ACCESS_TRANSFER_WRITE_BIT)
+#: a blocking wait returns to Python this often, so that Ctrl-C (KeyboardInterrupt) is honoured
+_WAIT_SLICE_NS = 100_000_000
 
 
 class Sequence(ManagedObject):
@@ -73,6 +75,8 @@ class Sequence(ManagedObject):
         self._ts_written = 0
         self._written: set = set()
         self._read: set = set()
+        self._uses: set[int] = set()  # ids of the tensors and algorithms the recorded ops refer to
+        self._stale = ""  # "tensor"/"algorithm": one was destroyed or rebuilt since it was recorded
         self._submit = ffi.new("VkSubmitInfo*")
         self._cmds = ffi.new("VkCommandBuffer[1]", [self._cmd])
         self._submit.sType = vk.VK_STRUCTURE_TYPE_SUBMIT_INFO
@@ -117,6 +121,9 @@ class Sequence(ManagedObject):
             self._end()
         if not self._ended:
             raise RuntimeError("nothing recorded: record an op before eval")
+        if self._stale:
+            raise RuntimeError(f"a {self._stale} recorded in this sequence: the {self._stale} has been destroyed or "
+                               "rebuilt since; record the sequence again (clear() and record, or rerecord())")
         for o in self._ops:
             o.pre_eval(self)
         dev = self._mgr._device
@@ -151,8 +158,7 @@ class Sequence(ManagedObject):
                 o.while_waiting(self, lambda: lib.vkGetFenceStatus(dev, fence) != vk.VK_NOT_READY)
         res = self._spin(timeout)
         if res is None:
-            res = lib.vkWaitForFences(self._mgr._device, 1, self._fences, vk.VK_TRUE,
-                                      timeout if timeout == UINT64_MAX else max(0, timeout - self._spun_ns))
+            res = self._block(None if timeout == UINT64_MAX else max(0, timeout - self._spun_ns))
         if res == vk.VK_TIMEOUT:
             return False
         self._mgr._result(res, "vkWaitForFences")
@@ -160,6 +166,31 @@ class Sequence(ManagedObject):
         for o in self._ops:
             o.post_eval(self)
         return True
+
+    def _block(self, timeout_ns: int | None) -> int:
+        """Wait for the fence (None: without limit) in slices, so that a signal handler (Ctrl-C)
+        runs while the GPU works; returns the fence's VkResult, VK_TIMEOUT when time ran out."""
+        dev = self._mgr._device
+        deadline = None if timeout_ns is None else time.monotonic_ns() + timeout_ns
+        while True:
+            step = _WAIT_SLICE_NS if deadline is None else max(0, min(_WAIT_SLICE_NS, deadline - time.monotonic_ns()))
+            res = lib.vkWaitForFences(dev, 1, self._fences, vk.VK_TRUE, step)
+            if res != vk.VK_TIMEOUT or (deadline is not None and time.monotonic_ns() >= deadline):
+                return res
+
+    def _finish_within(self, what: str, abandon: bool) -> None:
+        """Wait for the running submission at most ``Manager.destroy_timeout_s``. When it does not
+        finish: raise DeviceBusyError, after abandoning the Manager when ``abandon`` (the caller
+        is about to free objects the GPU may still use)."""
+        limit = self._mgr.destroy_timeout_s
+        if self.eval_await(int(limit * 1e9)):
+            return
+        if abandon:
+            self._mgr._abandon(f"{what}: the GPU did not finish this sequence's work within {limit:g} s")
+        raise DeviceBusyError(f"{what}: the GPU did not finish this sequence's work within {limit:g} s "
+                              "(Manager.destroy_timeout_s; an endless or very long shader?)"
+                              + ("; the Manager was abandoned: its device memory stays allocated until "
+                                 "the process exits" if abandon else ""))
 
     def _spin(self, timeout: int) -> int | None:
         """Poll the fence for up to the manager's ``wait_spin_ns`` before blocking: a blocking
@@ -191,10 +222,11 @@ class Sequence(ManagedObject):
         return not self._destroyed and self._mgr._alive
 
     def clear(self) -> None:
-        """Drop all recorded ops (waits for a running submission first)."""
+        """Drop all recorded ops (waits for a running submission first, at most
+        ``Manager.destroy_timeout_s``: DeviceBusyError after that, with the sequence left as it was)."""
         self._check()
         if self._running:
-            self.eval_await()
+            self._finish_within("Sequence.clear", abandon=False)
         for o in self._ops:
             o.release()
         self._ops = []
@@ -203,6 +235,8 @@ class Sequence(ManagedObject):
             lib.vkResetCommandBuffer(self._cmd, 0)
         self._recording = False
         self._ended = False
+        self._uses = set()
+        self._stale = ""
 
     def rerecord(self) -> None:
         """Record the same ops again (after an algorithm was rebuilt, say)."""
@@ -213,6 +247,8 @@ class Sequence(ManagedObject):
         lib.vkResetCommandBuffer(self._cmd, 0)
         self._recording = self._ended = False
         self._ops = []
+        self._uses = set()
+        self._stale = ""
         self._begin()
         for o in ops:
             self._record_op(o)
@@ -236,11 +272,13 @@ class Sequence(ManagedObject):
         return [int(round((data[i] & self._ts_mask) * period)) for i in range(n)]
 
     def destroy(self) -> None:
-        if self._destroyed:
+        """Free the command buffer, fence and query pool (waiting for a running submission at most
+        ``Manager.destroy_timeout_s``; then DeviceBusyError, and the Manager is abandoned)."""
+        if self._destroyed or self._mgr._abandoned:
             return
         if self._running and self._mgr._alive:
             try:
-                self.eval_await()
+                self._finish_within("Sequence.destroy", abandon=True)
             except DeviceLostError:
                 pass
         for o in self._ops:
@@ -258,12 +296,7 @@ class Sequence(ManagedObject):
 
     def uses(self, obj) -> bool:
         """Whether a recorded op touches tensor or algorithm ``obj``."""
-        for o in self._ops:
-            if getattr(o, "algorithm", None) is obj:
-                return True
-            if any(t is obj for t, _ in o.accesses()):
-                return True
-        return False
+        return id(obj) in self._uses  # the ops hold the objects, so their ids are not reused
 
     # --- recording internals (used by the ops) -------------------------------------------------
     def _begin(self) -> None:
@@ -291,6 +324,12 @@ class Sequence(ManagedObject):
         self._ended = True
 
     def _record_op(self, op: OpBase) -> None:
+        mgr, uses = self._mgr, self._uses
+        for obj in op.objects():
+            if obj._mgr is not mgr:
+                raise ValueError(f"{type(op).__name__}: {obj!r} belongs to another Manager than this sequence; "
+                                 "an op can only use the tensors and algorithms of its sequence's Manager")
+            uses.add(id(obj))
         acc = op.accesses()
         hazard = False
         for t, writes in acc:
