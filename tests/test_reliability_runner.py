@@ -94,3 +94,23 @@ def test_sigkill_of_kbench_ends_the_worker_and_leaves_no_temporary_file(tmp_path
     assert gone, f"worker {worker} was orphaned: still running 15 s after kbench was killed"
     left = sorted(p.name for p in (tmp_path / "tmp").iterdir())
     assert not left, f"files left in the temporary folder: {left}"
+
+
+def test_compare_fails_a_current_run_that_holds_only_its_header(tmp_path, capsys):
+    """A killed run (a header and no records) must not pass the regression gate."""
+    from kbench.cli import main
+    from kbench.results import RunWriter, collect_provenance
+
+    base = tmp_path / "base"
+    with RunWriter(base, collect_provenance(None, "numpy")) as w:
+        for n in (1, 2):
+            w.write({"kind": "case", "case": "add", "params": {"size": n}, "mode": "validate", "status": "pass",
+                     "queue_config": "single", "queues": []})
+    cut = tmp_path / "cut"
+    with RunWriter(cut, collect_provenance(None, "numpy")):
+        pass
+    assert main(["compare", str(base), str(cut)]) == 1
+    out = capsys.readouterr().out
+    assert "MISSING CASES" in out and "2 case(s) of the baseline are missing" in out, out
+    assert main(["compare", str(base), str(cut), "--allow-missing"]) == 0
+    assert "kbench compare: OK" in capsys.readouterr().out

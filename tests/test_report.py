@@ -276,7 +276,9 @@ def test_new_and_missing_cases(tmp_path):
     table = compare(base, cur).table.set_index("case_id")
     assert table.loc["gone[n=1]", "verdict"] == "missing"
     assert table.loc["fresh[n=1]", "verdict"] == "new"
-    assert compare(base, cur).exit_code == 0
+    # issue 22: a missing case fails the gate unless asked
+    assert compare(base, cur).exit_code == 1
+    assert compare(base, cur, allow_missing=True).exit_code == 0
 
 
 @pytest.mark.parametrize("before, after, change, exit_code", [

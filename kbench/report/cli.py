@@ -87,8 +87,9 @@ def report_main(argv: list[str]) -> int:
 
 def _compare_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kbench compare", description=(
-        "Compare two sets of results: exit 1 on a speed regression beyond the noise band or a "
-        "correctness loss (pass -> fail/error/unsupported), 0 otherwise, 2 on bad input."))
+        "Compare two sets of results: exit 1 on a speed regression beyond the noise band, a "
+        "correctness loss (pass -> fail/error/unsupported) or baseline cases missing from the current "
+        "results (unless --allow-missing), 0 otherwise, 2 on bad input."))
     p.add_argument("base", help="baseline results (file or folder)")
     p.add_argument("current", help="current results (file or folder)")
     p.add_argument("--threshold", type=float, default=0.05,
@@ -99,6 +100,9 @@ def _compare_parser() -> argparse.ArgumentParser:
                    help="match devices by device_key (device+driver, default) or device_name")
     p.add_argument("--format", choices=("md", "text", "json"), default="text")
     p.add_argument("--all", action="store_true", help="also list unchanged cases")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="pass even when baseline cases are missing from the current results (by default "
+                        "they fail the gate: a run cut short must not pass)")
     return p
 
 
@@ -109,7 +113,8 @@ def compare_main(argv: list[str]) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ResultsWarning)  # listed in the comparison output
             base, current = load_runs([args.base]), load_runs([args.current])
-        result = compare(base, current, threshold=args.threshold, noise_k=args.noise_k, match=args.match)
+        result = compare(base, current, threshold=args.threshold, noise_k=args.noise_k, match=args.match,
+                         allow_missing=args.allow_missing)
     except (ResultsFormatError, FileNotFoundError, ValueError) as exc:
         print(f"kbench compare: error: {exc}", file=sys.stderr)
         return 2

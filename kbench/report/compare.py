@@ -21,14 +21,16 @@ _FAILED = {"fail", "error"}
 @dataclass
 class Comparison:
     """Result of :func:`compare`. ``table`` has one row per matched (device, case, queue
-    configuration, backend, mode); ``exit_code`` is 0 only without regressions and without
-    correctness losses."""
+    configuration, backend, mode); ``exit_code`` is 0 only without regressions, without
+    correctness losses and, unless ``allow_missing``, without baseline cases missing from the
+    current results (a run cut short must not pass the gate)."""
 
     table: pd.DataFrame
     threshold: float
     noise_k: float
     match: str
     warnings: list[str] = field(default_factory=list)
+    allow_missing: bool = False
 
     @property
     def regressions(self) -> pd.DataFrame:
@@ -47,8 +49,16 @@ class Comparison:
         return self.table[self.table["correctness"].isin(["loss", "gain", "changed"])]
 
     @property
+    def missing(self) -> pd.DataFrame:
+        return self.table[self.table["verdict"] == "missing"]
+
+    @property
+    def missing_fails(self) -> bool:
+        return bool(len(self.missing)) and not self.allow_missing
+
+    @property
     def exit_code(self) -> int:
-        return 1 if len(self.regressions) or len(self.correctness_losses) else 0
+        return 1 if len(self.regressions) or len(self.correctness_losses) or self.missing_fails else 0
 
     def counts(self) -> dict[str, int]:
         counts = {v: int((self.table["verdict"] == v).sum()) for v in VERDICTS}
@@ -60,7 +70,8 @@ class Comparison:
         """Human summary ("text" or "md") or the full result as JSON."""
         if fmt == "json":
             return json.dumps({"exit_code": self.exit_code, "threshold": self.threshold,
-                               "noise_k": self.noise_k, "match": self.match, "counts": self.counts(),
+                               "noise_k": self.noise_k, "match": self.match, "allow_missing": self.allow_missing,
+                               "counts": self.counts(),
                                "warnings": self.warnings, "rows": table_records(self.table)},
                               indent=1, ensure_ascii=False, default=str)
         if fmt not in ("text", "md"):
@@ -68,13 +79,19 @@ class Comparison:
         tfmt = "github" if fmt == "md" else "simple"
         head = "## " if fmt == "md" else ""
         c = self.counts()
-        verdict = "REGRESSION" if self.exit_code else "OK"
+        if len(self.regressions) or len(self.correctness_losses):
+            verdict = "REGRESSION"
+        else:
+            verdict = "MISSING CASES" if self.missing_fails else "OK"
         lines = [f"{'# ' if fmt == 'md' else ''}kbench compare: {verdict}", "",
                  f"{c['slower']} slower, {c['faster']} faster, {c['same']} same (within the noise band), "
                  f"{c['new']} new, {c['missing']} missing, {c['untimed']} untimed; "
                  f"{c['correctness_losses']} correctness losses, {c['correctness_gains']} fixed. "
                  f"Threshold {self.threshold:.1%}, noise band = max(threshold, {self.noise_k:g} x "
                  f"combined relative spread), matched on {self.match}.", ""]
+        if self.missing_fails:
+            lines += [f"{c['missing']} case(s) of the baseline are missing from the current results (a run cut "
+                      "short?): the gate fails; pass --allow-missing to accept fewer cases.", ""]
         for note in self.warnings:
             lines.append(f"warning: {note}")
         sections = [("Correctness changes", self.correctness_changes),
@@ -119,14 +136,15 @@ def correctness_change(base: str | None, cur: str | None) -> str:
 
 
 def compare(baseline_df: pd.DataFrame, current_df: pd.DataFrame, threshold: float = 0.05,
-            noise_k: float = 3.0, match: str = "device_key") -> Comparison:
+            noise_k: float = 3.0, match: str = "device_key", allow_missing: bool = False) -> Comparison:
     """Compare two result frames (from ``load_runs``), case by case.
 
     Records are matched on the device (``match``: "device_key" = device and driver, or
     "device_name" to follow a device across driver updates) + case_id + queue_config + backend +
     mode. The relative change of the median time is judged against a band of
     ``max(threshold, noise_k * sqrt(s_base**2 + s_cur**2))`` where s is each run's relative spread
-    (stdev or IQR over median): beyond it "slower"/"faster", inside it "same".
+    (stdev or IQR over median): beyond it "slower"/"faster", inside it "same". Baseline cases
+    missing from the current results fail the comparison unless ``allow_missing``.
     """
     if not (isinstance(threshold, (int, float)) and 0 <= threshold < 10):
         raise ValueError(f"threshold must be a relative change such as 0.05, got {threshold!r}")
@@ -188,7 +206,7 @@ def compare(baseline_df: pd.DataFrame, current_df: pd.DataFrame, threshold: floa
         notes.append("no case matched between the two result sets (different devices or drivers? "
                      "try matching on device_name)")
     return Comparison(table=table, threshold=float(threshold), noise_k=float(noise_k), match=match,
-                      warnings=notes)
+                      warnings=notes, allow_missing=bool(allow_missing))
 
 
 def _num(value: Any, default: float = math.nan) -> float:
