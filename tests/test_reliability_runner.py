@@ -114,3 +114,42 @@ def test_compare_fails_a_current_run_that_holds_only_its_header(tmp_path, capsys
     assert "MISSING CASES" in out and "2 case(s) of the baseline are missing" in out, out
     assert main(["compare", str(base), str(cut), "--allow-missing"]) == 0
     assert "kbench compare: OK" in capsys.readouterr().out
+
+
+def _one_record_run(directory: Path, edit) -> Path:
+    """A run file of one bench record, whose second line ``edit`` rewrites (text -> text)."""
+    import json
+
+    from kbench.results import RunWriter, collect_provenance
+
+    with RunWriter(directory, collect_provenance(None, "numpy")) as w:
+        w.write({"kind": "case", "case": "add", "params": {"size": 1}, "mode": "bench", "status": "pass",
+                 "queue_config": "single", "queues": [], "gpu_ns": {"median": 1000.0, "n": 3}})
+        path = w.path
+    lines = path.read_text().splitlines()
+    lines[1] = edit(lines[1])
+    json.dumps(lines)  # the edit stays text
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("edit, problem", [
+    (lambda line: line[:-1] + ',"x":' + "[" * 5000 + "]" * 5000 + "}", "nested too deep"),
+    (lambda line: line.replace('"n":3', '"n":' + "1" + "0" * 400), "an integer of 401 digits"),
+    (lambda line: line.replace('"median":1000.0', '"median":-5'), "'gpu_ns.median' must be a finite time > 0"),
+    (lambda line: line.replace('"median":1000.0', '"median":0'), "'gpu_ns.median' must be a finite time > 0"),
+    (lambda line: line.replace('"median":1000.0', '"median":NaN'), "bare NaN token"),
+    (lambda line: line.replace('"median":1000.0', '"median":"NaN"'), "'gpu_ns.median' must be a finite time > 0"),
+    (lambda line: line[:-1] + ',"x":' + "[" * 40 + "]" * 40 + "}", "nested deeper than 32 levels"),
+], ids=["5000-deep", "10**400", "negative-median", "zero-median", "bare-NaN", "NaN-median", "40-deep"])
+def test_nonsense_in_a_results_file_is_refused_with_file_and_line(tmp_path, capsys, edit, problem):
+    from kbench.cli import main
+    from kbench.results import ResultsFormatError, load_runs
+
+    path = _one_record_run(tmp_path / "r", edit)
+    with pytest.raises(ResultsFormatError) as info:
+        load_runs([path])
+    assert f"{path}:2:" in str(info.value) and problem in str(info.value), str(info.value)
+    assert main(["report", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:2:" in err and "Traceback" not in err, err

@@ -66,6 +66,9 @@ RUN_OPTIONAL = {"implementation": str}
 OPTIONAL_BY_KIND = {"run": RUN_OPTIONAL, "case": CASE_OPTIONAL, "peak": PEAK_OPTIONAL}
 
 TIMING_KEYS = ("median", "min", "max", "mean", "stdev", "iqr", "n", "repeats")
+# a measured time of 0, a negative one or NaN is a broken timer, never a result
+_POSITIVE_TIMES = ("median",)
+_NONNEGATIVE = ("min", "max", "mean", "stdev", "iqr", "n", "repeats")
 
 # Units of the measured peaks kbench knows; other "peak.*" names carry their unit in the record.
 PEAK_UNITS = {
@@ -103,10 +106,32 @@ def _is_instance(value: Any, expected: type | tuple[type, ...]) -> bool:
     return isinstance(value, expected)
 
 
+#: deepest nesting of objects and arrays a record may have (kbench's own reach 4)
+MAX_DEPTH = 32
+#: integers beyond 64 bits are no count, size or id kbench writes (and do not convert to float)
+MAX_INT = 2**64
+
+
+def _check_structure(record: Mapping[str, Any]) -> None:
+    """Nesting depth and integer sizes, without recursion (a hostile file may nest thousands deep)."""
+    stack: list[tuple[Any, int, str]] = [(record, 0, "")]
+    while stack:
+        value, depth, where = stack.pop()
+        if isinstance(value, Mapping) or isinstance(value, (list, tuple)):
+            if depth >= MAX_DEPTH:
+                raise RecordError(f"field {where.lstrip('.') or 'record'!r} is nested deeper than {MAX_DEPTH} levels")
+            items = value.items() if isinstance(value, Mapping) else enumerate(value)
+            stack.extend((v, depth + 1, f"{where}.{k}") for k, v in items)
+        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) >= MAX_INT:
+            digits = len(str(abs(value))) if abs(value) < 10**4000 else "thousands of"
+            raise RecordError(f"field {where.lstrip('.')!r} holds an integer of {digits} digits (at most 64 bits)")
+
+
 def validate_record(record: Mapping[str, Any]) -> None:
     """Raise RecordError naming the first field of ``record`` that breaks schema version 1."""
     if not isinstance(record, Mapping):
         raise RecordError(f"a record must be a JSON object, got {type(record).__name__}")
+    _check_structure(record)
     kind = record.get("kind")
     if kind not in KINDS:
         raise RecordError(f"field 'kind' must be one of {list(KINDS)}, got {kind!r}")
@@ -161,6 +186,11 @@ def _validate_case(record: Mapping[str, Any]) -> None:
             value = timing.get(key)
             if value is not None and not _is_instance(value, (int, float)):
                 raise RecordError(f"case field '{timer}.{key}' must be a number, got {value!r}")
+            if key in _POSITIVE_TIMES and value is not None and not (
+                    isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise RecordError(f"case field '{timer}.{key}' must be a finite time > 0 ns, got {value!r}")
+            if key in _NONNEGATIVE and isinstance(value, (int, float)) and not value >= 0:
+                raise RecordError(f"case field '{timer}.{key}' must be >= 0, got {value!r}")
         if "median" not in timing:
             raise RecordError(f"case field '{timer}' has no 'median'")
     if record["mode"] == "bench" and record["status"] == "pass":
@@ -226,6 +256,7 @@ def json_schema() -> dict[str, Any]:
     tools outside Python."""
     timing = {"type": "object", "required": ["median"],
               "properties": {k: _json_type((int, float)) for k in TIMING_KEYS}}
+    timing["properties"].update({k: {"type": "number", "exclusiveMinimum": 0} for k in _POSITIVE_TIMES})
 
     def kind_schema(kind: str, required: dict, optional: dict | None = None) -> dict[str, Any]:
         props = {name: _json_type(t) for name, t in required.items()}

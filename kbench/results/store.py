@@ -179,6 +179,25 @@ def result_files(paths: Iterable[str | Path] | str | Path) -> list[Path]:
     return files
 
 
+def _reject_constant(token: str) -> Any:
+    raise ValueError(f"bare {token} token (kbench stores non-finite numbers as the string \"{token}\")")
+
+
+def _parse_int(text: str) -> int:
+    if len(text) > 40:  # far beyond 64 bits; int() of thousands of digits is slow or refused
+        raise ValueError(f"an integer of {len(text.lstrip('-'))} digits")
+    return int(text)
+
+
+def parse_line(raw: bytes) -> Any:
+    """One line of a results file as JSON; ValueError (with a short reason) for text that is no
+    JSON, bare NaN/Infinity tokens, integers of dozens of digits or nesting too deep to parse."""
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, parse_int=_parse_int)
+    except RecursionError:
+        raise ValueError("nested too deep to read (kbench records nest a few levels)") from None
+
+
 def read_run_file(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
     """Parse and validate one run file: (header, records, warnings). Raises ResultsFormatError."""
     path = Path(path)
@@ -197,8 +216,8 @@ def read_run_file(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]
         if not raw.strip():
             continue  # a blank line carries nothing
         try:
-            obj = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            obj = parse_line(raw)
+        except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError among them
             if is_cut_last and header is not None:
                 notes.append(f"{path}:{number}: last line is cut short ({len(raw)} bytes, no newline; "
                              "the writer was probably interrupted) and was not loaded")
@@ -327,8 +346,8 @@ def load_run_headers(paths: Iterable[str | Path] | str | Path) -> list[dict[str,
         if not first.strip():
             raise ResultsFormatError(f, 1, "empty file: no run header (is this a kbench results file?)")
         try:
-            obj = json.loads(first.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            obj = parse_line(first)
+        except ValueError as exc:
             raise ResultsFormatError(f, 1, f"not valid JSON ({exc})") from None
         if not isinstance(obj, dict) or obj.get("kind") != "run":
             raise ResultsFormatError(f, 1, "missing run header: the first record must have \"kind\": \"run\"")
