@@ -11,6 +11,7 @@ Exit status: 0 success; 1 a new failure (fail or error not in the expectations);
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -45,6 +46,28 @@ def positive_float(text: str) -> float:
     if not v > 0:
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
     return v
+
+
+def nonnegative_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+    return v
+
+
+def writable_dir(path: Path, option: str = "--out") -> None:
+    """UsageError unless ``path`` is (or can be made) a folder this process can write."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{option} {path} names a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: cannot create the folder ({exc.strerror or exc})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {path}: the folder is not writable")
 
 
 def queue_config_list(text: str) -> list[str] | None:
@@ -159,6 +182,7 @@ def _run_mode(args: argparse.Namespace, mode: str) -> int:
                              + ")")
     except (ValueError, ExpectationsError) as exc:
         raise UsageError(str(exc)) from None
+    writable_dir(Path(args.out))
     try:
         runner.devices()  # a bad --device fails here, before any work
     except ValueError as exc:
@@ -323,7 +347,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-bytes", type=parse_size, metavar="SIZE",
                    help="skip (as unsupported) instances needing more device memory than SIZE, e.g. 256M "
                         "(bench on CPU devices defaults to 16M)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--kernels", metavar="FILE",
                    help="run third-party kernels declared in FILE (TOML; or a shipped set: yule) instead of "
                         "kbench's own; see docs/foreign-kernels.md")
@@ -406,8 +430,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _stdout_to_devnull() -> None:
     """Point stdout at /dev/null, so that the flush at interpreter exit does not raise again."""
-    import os
-
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -153,3 +153,59 @@ def test_nonsense_in_a_results_file_is_refused_with_file_and_line(tmp_path, caps
     assert main(["report", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"{path}:2:" in err and "Traceback" not in err, err
+
+
+# --- item 6 and 7: the command line --------------------------------------------------------------
+
+@pytest.mark.parametrize("where, message", [
+    ("file", "names a file, not a folder"),
+    ("under-file", "cannot create the folder"),
+], ids=["a-file", "below-a-file"])
+def test_out_naming_a_file_or_an_unwritable_path_is_a_message(tmp_path, capsys, where, message):
+    from kbench.cli import main
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    out = afile if where == "file" else afile / "sub"
+    assert main(["validate", "--backend", "numpy", "-k", "add[size=1]", "--quiet", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
+    runs = _one_record_run(tmp_path / "runs", lambda line: line)
+    assert main(["report", str(runs), "--no-plots", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "kbench report: error: cannot write the report to" in err, err
+
+
+def test_a_negative_seed_is_refused(capsys):
+    from kbench.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["validate", "--backend", "numpy", "--seed", "-1"])
+    assert info.value.code == 2
+    assert "--seed: must be >= 0" in capsys.readouterr().err
+
+
+def test_a_reader_that_leaves_early_gets_no_broken_pipe_traceback():
+    proc = subprocess.run(f"{sys.executable} -m kbench cases | head -1", shell=True, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.count("\n") == 1 and "[" in proc.stdout, proc.stdout
+    assert "BrokenPipeError" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+# --- item 8: report files ---------------------------------------------------------------------------
+
+def test_report_out_replaces_a_symlink_instead_of_writing_through_it(tmp_path):
+    from kbench.cli import main
+
+    runs = _one_record_run(tmp_path / "runs", lambda line: line)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "index.md").symlink_to(victim)
+    (out / "report.json").symlink_to(victim)
+    assert main(["report", str(runs), "--no-plots", "--out", str(out)]) == 0
+    assert victim.read_text() == "keep me"
+    assert not (out / "index.md").is_symlink() and (out / "index.md").read_text().startswith("# kbench report")
+    assert not (out / "report.json").is_symlink()
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")], "temporary files left behind"

@@ -15,6 +15,7 @@ from kbench.results import load_runs
 from kbench.results.provenance import utc_now
 
 from . import tables
+from .files import write_text
 from .frames import prepare
 from .render import render_table, table_records
 
@@ -130,6 +131,8 @@ def write_report(runs_paths: Iterable[str | Path] | str | Path, out_dir: str | P
     if not history:
         df = tables.current_only(df)
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"--out {out} names a file, not a folder for the report")
     out.mkdir(parents=True, exist_ok=True)
     headers = df.attrs.get("runs", [])
     base_label = tables.resolve_baseline(prepare(df), baseline)  # fails early on a bad name
@@ -199,19 +202,17 @@ def write_report(runs_paths: Iterable[str | Path] | str | Path, out_dir: str | P
              f"unsupported/xfail: {len(not_run)}.")
     md_text = ("# kbench report\n\n" + intro + "\n\n" + _toc(sections) + "\n"
                + "\n".join(_md(s, out) for s in sections))
-    (out / "index.md").write_text(md_text, encoding="utf-8")
-    (out / "report.html").write_text(markdown_to_html(md_text), encoding="utf-8")
+    write_text(out / "index.md", md_text)
+    write_text(out / "report.html", markdown_to_html(md_text))
 
     csv_tables = {"summary": summary, "runs": runs, "devices": devices_full, "correctness": correctness,
                   "correctness_summary": counts, "failures": failures, "unsupported": not_run,
                   "performance": perf_long, "performance_matrix": perf, "queue_configs": queues_long}
     for name, table in csv_tables.items():
-        (out / f"{name}.csv").write_text(render_table(table, "csv") if not table.empty or len(table.columns)
-                                         else "", encoding="utf-8")
+        write_text(out / f"{name}.csv", render_table(table, "csv") if not table.empty or len(table.columns) else "")
     report = {"generated": utc_now(), "baseline": base_label, "warnings": df.attrs.get("warnings", []),
               "tables": {name: table_records(t) for name, t in csv_tables.items()},
               "plots": {"roofline": {d: [p.relative_to(out).as_posix() for p in ps] for d, ps in roof.items()},
                         "families": {c: [p.relative_to(out).as_posix() for p in ps] for c, ps in bars.items()}}}
-    (out / "report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False, default=str),
-                                     encoding="utf-8")
+    write_text(out / "report.json", json.dumps(report, indent=1, ensure_ascii=False, default=str))
     return out / "index.md"

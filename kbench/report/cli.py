@@ -83,6 +83,9 @@ def report_main(argv: list[str]) -> int:
     except (ResultsFormatError, FileNotFoundError, ValueError) as exc:
         print(f"kbench report: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # --out not writable, a file, a full disk
+        print(f"kbench report: error: cannot write the report to {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
 
 
 def _compare_parser() -> argparse.ArgumentParser:

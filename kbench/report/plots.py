@@ -25,6 +25,7 @@ import pandas as pd  # noqa: E402
 from kbench.results.records import case_name  # noqa: E402
 from kbench.results.schema import slug  # noqa: E402
 
+from .files import write_with  # noqa: E402
 from .frames import BANDWIDTH_UNIT, COMPUTE_UNIT, PeakTable, peaks_frame, prepare  # noqa: E402
 from .tables import device_order, performance_long  # noqa: E402
 
@@ -38,7 +39,7 @@ def _save(fig: plt.Figure, out_dir: Path, stem: str) -> list[Path]:
     fig.tight_layout()
     for ext in FORMATS:
         path = out_dir / f"{stem}.{ext}"
-        fig.savefig(path, dpi=110)
+        write_with(path, lambda tmp, ext=ext: fig.savefig(tmp, dpi=110, format=ext))
         paths.append(path)
     plt.close(fig)
     return paths
