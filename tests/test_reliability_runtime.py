@@ -239,3 +239,26 @@ def test_too_many_queues_of_a_family_names_how_many_were_asked_for():
     n = fam["count"] + 4
     with pytest.raises(ValueError, match=f"asks for {n} queues of family 0, which has only {fam['count']}"):
         kp.Manager(family_queue_indices=[0] * n)
+
+
+# --- item 9: rms_norm near float32's range -----------------------------------------------------
+
+@pytest.mark.parametrize("size", [5, 4097, 70001], ids=["one-workgroup", "partial-4097", "partial-70001"])
+@pytest.mark.parametrize("scale", [3e19, 1e-30], ids=["3e19", "1e-30"])
+def test_rms_norm_of_inputs_whose_squares_overflow_or_underflow_float32(size, scale):
+    from kbench.backend.vulkan_backend import VulkanBackend
+
+    rng = np.random.default_rng(7)
+    x = (rng.uniform(-1, 1, size) * scale).astype(np.float32)
+    w = rng.uniform(-1, 1, size).astype(np.float32)
+    x64 = x.astype(np.float64)
+    want = x64 * w / np.sqrt(np.mean(x64 * x64) + float(np.float32(1e-5)))
+    with VulkanBackend(validation=VALIDATION) as b:
+        hx, hw, ho = b.allocate(4 * size), b.allocate(4 * size), b.allocate(4 * size)
+        b.copy_to_device(x, hx)
+        b.copy_to_device(w, hw)
+        b.rms_norm(hx, hw, ho, size, 1e-5)
+        got = np.zeros(size, np.float32)
+        b.copy_from_device(ho, got)
+    nmse = float(np.sum((got - want) ** 2) / max(np.sum(want ** 2), 1e-300))
+    assert nmse < 1e-7, f"NMSE {nmse:.3e}: got {got[:4]}, want {want[:4]}"

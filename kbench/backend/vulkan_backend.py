@@ -303,9 +303,9 @@ class VulkanBackend(ComputeBackend):
             self._dispatch(k, inputs + (out,), (1, 1, 1), k.push_record(size, size, 1, *extra))
             return
         # scratch layout (see shaders/softmax.comp): counter, pad, total[2], then per part
-        # (max, sum) for softmax or the sum of squares for rms_norm; its own buffer, because
-        # the counter must stay zero between calls and other ops' scratch would overwrite it
-        per_part = 2 if op == "softmax" else 1
+        # (max, sum) for softmax or (max |x|, scaled sum of squares) for rms_norm; its own buffer,
+        # because the counter must stay zero between calls and other ops' scratch would overwrite it
+        per_part = 2
         scratch = self._scratch(4 * (4 + per_part * plan.n_parts), "reduction")
         k = pol.reduction(op, "partial")
         push = k.push_record(size, plan.chunk, plan.n_parts, *extra)

@@ -108,7 +108,7 @@ SOFTMAX_LARGE = _softmax_case(
 
 
 def _rms_generate(p: Params, rng: np.random.Generator) -> Arrays:
-    return {"x": uniform(rng, p["size"]), "w": uniform(rng, p["size"])}
+    return {"x": uniform(rng, p["size"], float(p.get("scale", 1.0))), "w": uniform(rng, p["size"])}
 
 
 def _rms_reference(inp: Arrays, p: Params) -> Arrays:
@@ -129,7 +129,9 @@ RMS_NORM = Case(
     name="rms_norm", layer="backend", description="out = x * w / sqrt(mean(x^2) + eps)",
     generate=_rms_generate, reference=_rms_reference, setup=_rms_setup, launch=_rms_launch,
     collect=read_back("out"), teardown=teardown,
-    validate_sizes=sizes("size", REDUCE_VALIDATE, eps=1e-5) + ({"size": 1000, "eps": 1e-2},),
+    # scale 3e19: x^2 overflows float32, so the kernels must scale by max |x| as the reference does
+    validate_sizes=sizes("size", REDUCE_VALIDATE, eps=1e-5) + ({"size": 1000, "eps": 1e-2},)
+    + tuple({"size": n, "eps": 1e-5, "scale": 3e19} for n in (5, 4097, 70001)),
     bench_sizes=sizes("size", REDUCE_BENCH, eps=1e-5),
     ops=("rms_norm",), tolerance=ELEMENTWISE_TOL,
     buffers=lambda p: {"input": f32_elems(p), "weight": f32_elems(p), "output": f32_elems(p)},
