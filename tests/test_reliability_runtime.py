@@ -225,7 +225,7 @@ def test_spirv_declaring_an_unknown_capability_is_refused(mgr, caps):
     with pytest.raises((ValueError, kp.UnsupportedFeatureError)) as info:
         mgr.algorithm(tensors, pack(ws))
     if 6022 not in caps or mgr.get_device_properties()["features"].get("cooperative_matrix"):
-        assert "capability 9999 is unknown" in str(info.value)
+        assert "capability 9999" in str(info.value), str(info.value)
 
 
 def test_an_algorithm_with_more_tensors_than_bindings_is_refused(mgr):

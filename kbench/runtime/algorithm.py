@@ -10,7 +10,7 @@ from . import _vk
 from .memory import ManagedObject
 from ._vk import ffi, vk
 from .errors import UnsupportedFeatureError
-from .spirv import Scalar, ShaderInfo, reflect, validate_with_spirv_val
+from .spirv import Scalar, ShaderInfo, reflect, unsupported_capabilities, validate_with_spirv_val
 from .tensor import Tensor
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -101,6 +101,23 @@ def check_spec_constants(info: ShaderInfo, values: np.ndarray, where: str) -> No
             continue
         if _KIND[got.kind] != _KIND[sc.scalar.kind] or got.width != (sc.scalar.width if sc.scalar.kind != "b" else 32):
             raise TypeError(f"{where}: specialization constant {i} is {_describe(sc.scalar)} in the shader, got {values.dtype}")
+
+
+def _check_local_size(info: ShaderInfo, spec: np.ndarray, props: dict) -> None:
+    """The shader's local size (after specialization) within the device's limits."""
+    size = info.local_size_with([int(v) for v in spec.tolist()] if spec.dtype.kind in "iu" else
+                                [int(v) if float(v).is_integer() else -1 for v in spec.tolist()])
+    if size is None:
+        return
+    limits = props.get("max_work_group_size", ())
+    for axis, (n, lim) in enumerate(zip(size, limits)):
+        if not 1 <= n <= lim:
+            raise ValueError(f"the shader's local size {tuple(size)} is outside the device's "
+                             f"maxComputeWorkGroupSize {tuple(limits)} on axis {axis}")
+    total = int(np.prod(size, dtype=np.int64))
+    if total > props.get("max_work_group_invocations", total):
+        raise ValueError(f"the shader's local size {tuple(size)} is {total} invocations, more than the device's "
+                         f"maxComputeWorkGroupInvocations ({props['max_work_group_invocations']})")
 
 
 class Pipeline:
@@ -251,6 +268,10 @@ class Algorithm(ManagedObject):
         info = reflect(spirv)
         if "main" not in info.entry_points:
             raise ValueError(f"SPIR-V has no entry point 'main' (found {info.entry_points})")
+        for b in info.bindings:
+            if b.set != 0 or b.kind != "storage":
+                raise ValueError(f"the shader's binding {b.binding} is a {b.kind} resource in descriptor set {b.set}; "
+                                 "kbench binds storage buffers in set 0 only (binding i is tensor i)")
         if info.binding_count != len(tensors):
             raise ValueError(f"the shader uses {info.binding_count} bindings but {len(tensors)} tensors were given "
                              f"(binding i is tensor i)")
@@ -259,12 +280,17 @@ class Algorithm(ManagedObject):
             if t.nbytes() > max_range:
                 raise ValueError(f"tensors[{i}] is {t.nbytes()} bytes, more than the device's maxStorageBufferRange "
                                  f"({max_range} bytes) a shader can bind")
+        odd = unsupported_capabilities(info.capabilities)
+        if odd:
+            raise ValueError(f"the shader declares SPIR-V capability {', '.join(map(str, odd))}, which kbench does not "
+                             "enable for compute shaders (not every device has it)")
         feats = mgr._props["features"]
         for key, human in info.required_features():
             if not feats.get(key, False):
                 raise UnsupportedFeatureError(f"the shader needs {human}, which {mgr._props['device_name']} does not support", human)
         spec = _as_constants(spec_consts, "spec_consts")
         check_spec_constants(info, spec, "Algorithm")
+        _check_local_size(info, spec, mgr._props)
         push = _as_constants(push_consts, "push_consts")
         check_push_constants(info, push, "Algorithm")
         self._tensors = tensors

@@ -29,6 +29,8 @@ _OP_TYPE_RUNTIME_ARRAY = 29
 _OP_TYPE_STRUCT = 30
 _OP_TYPE_POINTER = 32
 _OP_CONSTANT = 43
+_OP_CONSTANT_COMPOSITE = 44
+_OP_SPEC_CONSTANT_COMPOSITE = 51
 _OP_SPEC_CONSTANT_TRUE = 48
 _OP_SPEC_CONSTANT_FALSE = 49
 _OP_SPEC_CONSTANT = 50
@@ -38,6 +40,8 @@ _OP_MEMBER_DECORATE = 72
 _OP_FUNCTION_END = 56
 
 _DEC_SPEC_ID = 1
+_DEC_BUILTIN = 11
+_BUILTIN_WORKGROUP_SIZE = 25
 _DEC_BLOCK = 2
 _DEC_BUFFER_BLOCK = 3
 _DEC_NON_WRITABLE = 24
@@ -76,7 +80,22 @@ CAPABILITY_FEATURES: dict[int, tuple[str, str]] = {
     6018: ("integer_dot_product", "shaderIntegerDotProduct"),
     5116: ("bfloat16", "shaderBFloat16Type"),
     5345: ("vulkan_memory_model", "vulkanMemoryModel"),
+    5346: ("vulkan_memory_model_device_scope", "vulkanMemoryModelDeviceScope"),
+    67: ("subgroup_clustered", "subgroup clustered operations"),
+    68: ("subgroup_quad", "subgroup quad operations"),
 }
+
+#: capabilities every Vulkan device supports for a compute shader (the SPIR-V environment
+#: appendix of the Vulkan spec): Matrix, Shader, the image and sampler basics, DeviceGroup,
+#: ShaderNonUniform. Any other capability without an entry above is refused: the device may lack
+#: it and kbench enables no feature for it (Tessellation, Geometry, ...).
+ALWAYS_AVAILABLE = frozenset({0, 1, 40, 43, 44, 46, 47, 49, 50, 51, 4437, 5301})
+
+
+def unsupported_capabilities(capabilities: set[int]) -> list[int]:
+    """The capabilities of a module that kbench neither checks against a device feature nor
+    knows every device to have."""
+    return sorted(c for c in capabilities if c not in CAPABILITY_FEATURES and c not in ALWAYS_AVAILABLE)
 
 
 @dataclass(frozen=True)
@@ -105,6 +124,9 @@ class Binding:
     binding: int
     readonly: bool
     writeonly: bool
+    #: "storage" (a storage buffer, what kbench binds), "uniform" (a uniform buffer) or "other"
+    #: (images, samplers, ...)
+    kind: str = "storage"
 
 
 @dataclass
@@ -123,6 +145,9 @@ class ShaderInfo:
     spec_constants: dict[int, SpecConstant] = field(default_factory=dict)
     capabilities: set[int] = field(default_factory=set)
     local_size: tuple[int, int, int] | None = None
+    #: the local size as (spec constant id or None, default) per axis, where a WorkgroupSize
+    #: built-in or LocalSizeId sets it (specialization may change it); None otherwise
+    local_size_spec: tuple[tuple[int | None, int], ...] | None = None
     entry_points: list[str] = field(default_factory=list)
     # push-constant (dtype, nbytes) layouts already checked against this shader
     push_layouts_checked: set = field(default_factory=set, repr=False, compare=False)
@@ -132,6 +157,12 @@ class ShaderInfo:
         """Number of tensors the shader expects (highest binding of set 0, plus one)."""
         ids = [b.binding for b in self.bindings if b.set == 0]
         return max(ids) + 1 if ids else 0
+
+    def local_size_with(self, spec: list[int]) -> tuple[int, ...] | None:
+        """The local size once specialized with ``spec`` (spec constant i = spec[i])."""
+        if self.local_size_spec is None:
+            return self.local_size
+        return tuple(int(spec[k]) if k is not None and k < len(spec) else d for k, d in self.local_size_spec)
 
     def readonly_bindings(self) -> set[int]:
         return {b.binding for b in self.bindings if b.set == 0 and b.readonly}
@@ -163,12 +194,30 @@ def words_of(spirv: bytes) -> list[int]:
     (magic,) = struct.unpack_from("<I", data)
     if magic != MAGIC:
         raise ValueError(f"invalid SPIR-V: magic number 0x{magic:08x}, expected 0x{MAGIC:08x}")
-    return list(struct.unpack(f"<{len(data) // 4}I", data))
+    words = list(struct.unpack(f"<{len(data) // 4}I", data))
+    # the header: version 1.0-1.6 (0x00MMmm00), an id bound, a zero schema word (drivers such
+    # as lavapipe refuse a module otherwise, after the validation layer complained)
+    version = words[1]
+    if version & 0xFF0000FF or not 0x00010000 <= version <= 0x00010600:
+        raise ValueError(f"invalid SPIR-V: version word 0x{version:08x} is not SPIR-V 1.0-1.6")
+    if not 0 < words[3] <= 0x3FFFFF:
+        raise ValueError(f"invalid SPIR-V: id bound {words[3]} is outside 1..4194303")
+    if words[4] != 0:
+        raise ValueError(f"invalid SPIR-V: the schema word (word 4) is {words[4]}, must be 0")
+    return words
 
 
 def reflect(spirv: bytes) -> ShaderInfo:
-    """Parse ``spirv`` and return its bindings, push-constant layout, spec constants, capabilities."""
+    """Parse ``spirv`` and return its bindings, push-constant layout, spec constants, capabilities.
+    ValueError (never IndexError and the like) for a module this cannot read."""
     words = words_of(spirv)
+    try:
+        return _reflect(words)
+    except (IndexError, KeyError, TypeError, RecursionError) as exc:
+        raise ValueError(f"invalid SPIR-V: malformed module ({type(exc).__name__}: {exc})") from None
+
+
+def _reflect(words: list[int]) -> ShaderInfo:
     info = ShaderInfo()
     types: dict[int, tuple] = {}
     decorations: dict[int, dict[int, list[int]]] = {}
@@ -178,6 +227,7 @@ def reflect(spirv: bytes) -> ShaderInfo:
     spec_ops: list[tuple[int, int]] = []  # (result type, result id)
     constants: dict[int, int] = {}
     local_size_ids: tuple[int, int, int] | None = None
+    composites: dict[int, list[int]] = {}
 
     i = 5
     n = len(words)
@@ -217,6 +267,8 @@ def reflect(spirv: bytes) -> ShaderInfo:
             types[ops[0]] = ("struct", list(ops[1:]))
         elif op == _OP_TYPE_POINTER:
             types[ops[0]] = ("pointer", ops[1], ops[2])
+        elif op in (_OP_CONSTANT_COMPOSITE, _OP_SPEC_CONSTANT_COMPOSITE):
+            composites[ops[1]] = list(ops[2:])
         elif op == _OP_CONSTANT:
             constants[ops[1]] = ops[2]
         elif op in (_OP_SPEC_CONSTANT, _OP_SPEC_CONSTANT_TRUE, _OP_SPEC_CONSTANT_FALSE):
@@ -253,14 +305,18 @@ def reflect(spirv: bytes) -> ShaderInfo:
             continue
         pointee = ptr[2]
         dec = decorations.get(var_id, {})
-        if storage in (_SC_STORAGE_BUFFER, _SC_UNIFORM) and _DEC_BINDING in dec:
+        if _DEC_BINDING in dec:
             struct_t = types.get(pointee)
             member_ids = struct_t[1] if struct_t and struct_t[0] == "struct" else []
             mdecs = [member_decorations.get((pointee, m), {}) for m in range(len(member_ids))]
             readonly = _DEC_NON_WRITABLE in dec or (bool(mdecs) and all(_DEC_NON_WRITABLE in d for d in mdecs))
             writeonly = _DEC_NON_READABLE in dec or (bool(mdecs) and all(_DEC_NON_READABLE in d for d in mdecs))
+            if storage == _SC_STORAGE_BUFFER or (storage == _SC_UNIFORM and _DEC_BUFFER_BLOCK in decorations.get(pointee, {})):
+                kind = "storage"
+            else:
+                kind = "uniform" if storage == _SC_UNIFORM else "other"
             info.bindings.append(
-                Binding(dec.get(_DEC_DESCRIPTOR_SET, [0])[0], dec[_DEC_BINDING][0], readonly, writeonly)
+                Binding(dec.get(_DEC_DESCRIPTOR_SET, [0])[0], dec[_DEC_BINDING][0], readonly, writeonly, kind)
             )
         elif storage == _SC_PUSH_CONSTANT:
             struct_t = types.get(pointee)
@@ -280,8 +336,14 @@ def reflect(spirv: bytes) -> ShaderInfo:
             t = types.get(type_id)
             scalar = t[1] if t and t[0] == "scalar" else Scalar("u", 32)
             info.spec_constants[dec[_DEC_SPEC_ID][0]] = SpecConstant(dec[_DEC_SPEC_ID][0], scalar)
-    if local_size_ids is not None:
-        info.local_size = tuple(constants.get(x, 1) for x in local_size_ids)  # type: ignore[assignment]
+    size_ids = next((composites[c] for c, dec in decorations.items()
+                     if c in composites and dec.get(_DEC_BUILTIN, [None])[0] == _BUILTIN_WORKGROUP_SIZE), None)
+    if size_ids is None and local_size_ids is not None:
+        size_ids = list(local_size_ids)
+    if size_ids is not None and len(size_ids) == 3:
+        info.local_size_spec = tuple((decorations.get(x, {}).get(_DEC_SPEC_ID, [None])[0], constants.get(x, 1))
+                                     for x in size_ids)
+        info.local_size = tuple(d for _, d in info.local_size_spec)  # type: ignore[assignment]
     return info
 
 
