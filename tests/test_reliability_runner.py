@@ -209,3 +209,19 @@ def test_report_out_replaces_a_symlink_instead_of_writing_through_it(tmp_path):
     assert not (out / "index.md").is_symlink() and (out / "index.md").read_text().startswith("# kbench report")
     assert not (out / "report.json").is_symlink()
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")], "temporary files left behind"
+
+
+def test_soak_probe_records_rss_and_counts(tmp_path, capsys):
+    """`kbench probe soak` (a benchmark, not a timed test): a tiny run writes its counts and RSS."""
+    import json
+
+    from kbench.cli import main
+
+    out = tmp_path / "soak.json"
+    assert main(["probe", "soak", "--ops", "300", "--managers", "3", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    for phase, n in (("backend_ops", 300), ("manager_cycles", 3)):
+        r = result[phase]
+        assert r["completed"] == n and r["stopped_by"] == "count", r
+        assert r["rss_start"] > 0 and r["rss_end"] > 0 and r["samples"][-1]["count"] == n, r
+    assert result["backend_ops"]["finite_output"] is True

@@ -8,7 +8,8 @@ Their logs of record are under results/<device>/probes/ and are cited in the REA
 - ``transfer``: host<->device transfer speed, the host copy and the DMA apart;
 - ``lifetimes``: resources leaked across create/destroy cycles on the real driver;
 - ``attention``: chunk sizes and partial passes of the fused decode attention, beside torch's SDPA;
-- ``h200``: the large-buffer slowdown and dispatch round trip with the SM clock sampled (NVML).
+- ``h200``: the large-buffer slowdown and dispatch round trip with the SM clock sampled (NVML);
+- ``soak``: resident memory over a million backend ops and ten thousand Manager lifetimes.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ PROBES = {
     "lifetimes": "resources leaked across create/destroy cycles",
     "attention": "chunk sizes and partial passes of the fused decode attention (and torch SDPA)",
     "h200": "large-buffer slowdown and dispatch round trip with the SM clock (NVML)",
+    "soak": "RSS over 1M backend ops and 10k Manager cycles (leaks)",
 }
 
 
