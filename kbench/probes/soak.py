@@ -132,14 +132,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--out", help="result file (default: print the JSON)")
     args = p.parse_args(argv)
-    import kbench
+    from importlib.metadata import PackageNotFoundError, version
+
     import kbench.runtime as kp
+
+    try:
+        kbench_version = version("kbench")
+    except PackageNotFoundError:
+        kbench_version = "unknown"
 
     props = kp.list_devices()[args.device]
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     half = args.max_seconds / 2
     result = {
-        "kind": "soak", "started": started, "kbench_version": kbench.__version__,
+        "kind": "soak", "started": started, "kbench_version": kbench_version,
         "host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
         "device_name": props.get("device_name"), "driver_name": props.get("driver_name"),
         "driver_version": props.get("driver_version"), "max_seconds": args.max_seconds,
