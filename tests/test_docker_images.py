@@ -83,6 +83,33 @@ def test_no_daemon_gives_a_clear_message_and_exit_2(monkeypatch, capsys, tmp_pat
     assert "no Docker daemon reachable" in err and "no-daemon.sock" in err, f"message was: {err!r}"
 
 
+def test_without_swiftshader_builds_only_the_lavapipe_image_from_the_none_stage(monkeypatch):
+    builds = []
+    monkeypatch.setattr(kd, "stream_build", lambda client, plan, **kw: builds.append(kw))
+    args = kd._parser().parse_args(["build", "--without-swiftshader", "--base-image", "base:x"])
+    kd.build(args, client=object())  # no image lookups: SwiftShader is not needed at all
+    assert [(b["tag"], b["buildargs"]) for b in builds] == [
+        (kd.LAVAPIPE_CI_IMAGE, {"BASE_IMAGE": "base:x", "SWIFTSHADER_IMAGE": "none", "KBENCH_ICD_SWIFTSHADER": ""})
+    ], f"unexpected builds {builds}"
+    dockerfile = (ROOT / "docker-builders" / "ci" / "Dockerfile").read_text()
+    assert "AS none" in dockerfile, "ci/Dockerfile needs the `none` stage that stands in for SwiftShader"
+
+
+def test_compare_step_writes_markdown_to_the_job_summary(monkeypatch, tmp_path):
+    step = kd.plan_test_steps(["lavapipe"], unit=False, validate=False, out="results/ci", filter_expr=None,
+                              pytest_args=[], compare_to="results/baseline/lavapipe")[0]
+    assert step.command[3:6] == ["compare", "results/baseline/lavapipe", "results/ci"], step.command
+    assert step.command[6:] == kd.COMPARE_ARGS and "md" in kd.COMPARE_ARGS, f"compare arguments: {step.command}"
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    kd.write_job_summary(step, 1, "# kbench compare: REGRESSION\n| case | verdict |\n")
+    text = summary.read_text()
+    assert "FAILED (exit 1)" in text and "| case | verdict |" in text, f"job summary: {text!r}"
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY")
+    kd.write_job_summary(step, 0, "ignored")  # outside a workflow: nothing written, no error
+    assert summary.read_text() == text
+
+
 def _members(plan) -> dict[str, tarfile.TarInfo]:
     buf = io.BytesIO()
     kd.write_context(plan, buf)
@@ -198,3 +225,10 @@ def test_vk_icd_filenames_selects_one_driver_in_the_ci_image(client, driver, exp
     other = "SwiftShader" if driver == "lavapipe" else "llvmpipe"
     assert expected in summary and other not in summary, \
         f"VK_ICD_FILENAMES={kd.ICD_FILES[driver]}: expected only {expected}, got:\n{summary[-2000:]}"
+
+
+def test_lavapipe_ci_image_has_lavapipe_alone_and_no_loader_error(client):
+    tag = _image_or_skip(client, kd.LAVAPIPE_CI_IMAGE)
+    summary = _run(client, tag, ["vulkaninfo", "--summary"])
+    assert "llvmpipe" in summary and "SwiftShader" not in summary, f"{tag}: expected lavapipe only:\n{summary[-2000:]}"
+    assert "ERROR" not in summary, f"{tag}: the default VK_ICD_FILENAMES names a missing manifest:\n{summary[-2000:]}"
