@@ -46,6 +46,15 @@ TOOLCACHE_VOLUME = "act-toolcache"  # the volume act mounts at /opt/hostedtoolca
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kbench-act"
 DEFAULT_LOG_DIR = REPO_ROOT / ".act" / "logs"
 DEFAULT_ARTIFACTS = REPO_ROOT / ".act" / "artifacts"
+# act's local artifact server (act 0.2.89) speaks the protocol of @actions/artifact 2.x, the client in
+# upload-artifact v4 / download-artifact v4. The newer releases the workflows pin fail against it:
+# upload-artifact v7's CreateArtifact carries mime_type ("unknown field"), v5/v6 fail the signed
+# upload URL ("Error unauthorized", nektos/act#6021). So under act, and only there, these releases
+# stand in for the pinned ones (act --local-repository), and `nox -s act` says so.
+ACT_ARTIFACT_STAND_INS = {
+    "actions/upload-artifact": ("v4.6.2", "ea165f8d65b6e75b540449e92b4886f43607fa02"),
+    "actions/download-artifact": ("v4.3.0", "d3f86a106a0bac45b974a628896c90dbdf5c8093"),
+}
 USES = re.compile(r"^\s*(?:-\s+)?uses:\s*([\w.-]+)/([\w.-]+)(/[\w./-]*)?@([0-9a-f]{40})\b", re.M)
 
 
@@ -182,9 +191,10 @@ def _ncc_builds(package_json: Path) -> list[list[str]]:
 
 
 def rebuild_local(snapshot: Path, action: Action, missing: list[str], cache: Path, log=sys.stdout) -> Path:
-    """Check out the pinned tree where the snapshot lacks files and rebuild them when they are the
-    action's ncc bundles (dist/...): npm installs its declared dependencies (newest within the
-    declared ranges: the lock may name versions the registry no longer has), then ncc builds."""
+    """Check out the action's tree at its commit from the snapshot into a folder (for act's
+    --local-repository) and rebuild the files the snapshot lacks when they are the action's ncc
+    bundles (dist/...): npm installs its declared dependencies (newest within the declared ranges:
+    the lock may name versions the registry no longer has), then ncc builds."""
     dest = cache / "local" / f"{action.cache_name}@{action.sha}"
     done = dest / ".kbench-rebuilt"
     if done.is_file():
@@ -203,6 +213,9 @@ def rebuild_local(snapshot: Path, action: Action, missing: list[str], cache: Pat
     # checkout-index writes every file it can read and names the missing ones (exit 1).
     subprocess.run(["git", "checkout-index", "-a", "-f"], env=env, capture_output=True)
     Path(env["GIT_INDEX_FILE"]).unlink(missing_ok=True)
+    if not missing:
+        done.write_text("checked out, nothing to rebuild\n")
+        return dest
     builds = _ncc_builds(dest / "package.json")
     if not builds:
         raise ActError(f"{action.slug}: the snapshot lacks {missing} and package.json has no `ncc build` script")
@@ -221,9 +234,12 @@ def rebuild_local(snapshot: Path, action: Action, missing: list[str], cache: Pat
 
 
 def seed_actions(snapshots: Path, cache: Path, workflows: list[Path], log=sys.stdout) -> list[str]:
-    """Fill act's action cache for every pinned action; returns the act arguments that use it."""
+    """Fill act's action cache for every pinned action; returns the act arguments that use it.
+    Actions that act_stand_ins replaces are not seeded (their stand-ins are)."""
     args = ["--use-new-action-cache", "--action-offline-mode", "--action-cache-path", str(cache)]
     for action in pinned_actions(workflows):
+        if action.slug in ACT_ARTIFACT_STAND_INS:
+            continue
         snapshot = find_snapshot(snapshots, action)
         if snapshot is None:
             raise ActError(f"no snapshot of {action.slug} under {snapshots} (looked for "
@@ -239,6 +255,42 @@ def seed_actions(snapshots: Path, cache: Path, workflows: list[Path], log=sys.st
         else:
             print(f"== {action.slug}@{action.sha[:12]}: in act's cache ({cache / action.cache_name}.git)",
                   file=log, flush=True)
+    return args
+
+
+def _fetch_commit(action: Action, cache: Path) -> Path:
+    """The action's tree at its commit, fetched from GitHub (machines with network)."""
+    dest = cache / "local" / f"{action.cache_name}@{action.sha}"
+    if (dest / ".kbench-rebuilt").is_file():
+        return dest
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    for cmd in (["git", "init", "-q"], ["git", "fetch", "-q", "--depth", "1", f"https://github.com/{action.slug}", action.sha],
+                ["git", "checkout", "-q", "FETCH_HEAD"]):
+        subprocess.run(cmd, cwd=dest, check=True)
+    (dest / ".kbench-rebuilt").write_text("fetched\n")
+    return dest
+
+
+def act_stand_ins(workflows: list[Path], cache: Path, snapshots: Path | None, log=sys.stdout) -> list[str]:
+    """act --local-repository arguments that put ACT_ARTIFACT_STAND_INS in place of the pinned
+    artifact actions (from the snapshots where given, else fetched from GitHub)."""
+    args = []
+    for pinned in pinned_actions(workflows):
+        if pinned.slug not in ACT_ARTIFACT_STAND_INS:
+            continue
+        version, sha = ACT_ARTIFACT_STAND_INS[pinned.slug]
+        stand_in = Action(pinned.owner, pinned.repo, sha)
+        if snapshots is not None:
+            snapshot = find_snapshot(snapshots, stand_in)
+            if snapshot is None or _git("cat-file", "-e", f"{sha}^{{commit}}", git_dir=snapshot, check=False).returncode:
+                raise ActError(f"no snapshot of {pinned.slug} holding {version} ({sha}) under {snapshots}")
+            folder = rebuild_local(snapshot, stand_in, missing_files(snapshot, sha), cache, log)
+        else:
+            folder = _fetch_commit(stand_in, cache)
+        print(f"== {pinned.slug}@{pinned.sha[:12]} runs as {version} ({sha[:12]}) under act: act's artifact "
+              "server speaks only the artifact protocol of v4 (see ACT_ARTIFACT_STAND_INS)", file=log, flush=True)
+        args += ["--local-repository", f"{pinned.slug}@{pinned.sha}={folder}"]
     return args
 
 
@@ -354,7 +406,9 @@ def dry_run_commands(act: str, stubs: Path) -> list[list[str]]:
     cmds = []
     for event, wf in (("push", CI_WORKFLOW), ("workflow_dispatch", BENCH_WORKFLOW)):
         cmds.append([act, "-l", "-W", str(wf)])
-        cmds.append([act, event, "-n", "-W", str(wf), "--pull=false", *platforms, *actions])
+        # --no-cache-server: the cache server binds this machine's outbound address, which a
+        # container without network (the CI image's unit tests) does not have.
+        cmds.append([act, event, "-n", "-W", str(wf), "--pull=false", "--no-cache-server", *platforms, *actions])
     return cmds
 
 
@@ -485,7 +539,9 @@ def run(args: argparse.Namespace) -> int:
     unknown = [j for j in args.job or [] if j not in known]
     if unknown:
         raise ActError(f"--job {unknown}: no such job; the workflows have {sorted(known)}")
-    action_args = seed_actions(args.snapshots, args.cache, [CI_WORKFLOW, BENCH_WORKFLOW]) if args.snapshots else []
+    workflows = [CI_WORKFLOW, BENCH_WORKFLOW]
+    action_args = seed_actions(args.snapshots, args.cache, workflows) if args.snapshots else []
+    action_args += act_stand_ins(workflows, args.cache, args.snapshots)
     if not args.no_build:
         build_job_image(args.base_image, args.extra_ca, args.network, args.cache)
     env = {"KBENCH_BASE_IMAGE": args.base_image} if args.base_image else {}
@@ -543,7 +599,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "seed":
-            args = seed_actions(args.snapshots, args.cache, [CI_WORKFLOW, BENCH_WORKFLOW])
+            workflows = [CI_WORKFLOW, BENCH_WORKFLOW]
+            args = (seed_actions(args.snapshots, args.cache, workflows)
+                    + act_stand_ins(workflows, args.cache, args.snapshots))
             print("act arguments:", " ".join(shlex.quote(a) for a in args))
             return 0
         if args.command == "check":

@@ -303,6 +303,24 @@ def plan_test_steps(drivers: list[str], *, unit: bool, validate: bool, out: str,
     return steps
 
 
+def git_dir_mounts(checkout: Path) -> dict[str, dict[str, str]]:
+    """Volumes for a checkout that is a git worktree: its `.git` is a file naming git data outside
+    the checkout, which the container needs at the same path (read-only) for git to work there
+    (kbench records the git revision; tests ask git what is ignored). Read from the file, not from
+    git, so it also works where that folder is not visible (inside an act job container)."""
+    dot_git = checkout / ".git"
+    if not dot_git.is_file():
+        return {}
+    m = re.match(r"gitdir:\s*(\S.*)", dot_git.read_text().strip())
+    if not m:
+        return {}
+    gitdir = Path(m.group(1))
+    if not gitdir.is_absolute():
+        gitdir = checkout / gitdir
+    common = gitdir.parent.parent if gitdir.parent.name == "worktrees" else gitdir
+    return {str(common): {"bind": str(common), "mode": "ro"}}
+
+
 def run_step(client, image: str, step: Step, checkout: Path, log: IO[str] = sys.stdout,
              captured: list[str] | None = None) -> int:
     """Run one step with the checkout mounted at /src; streams its output (and appends it to
@@ -320,7 +338,7 @@ def run_step(client, image: str, step: Step, checkout: Path, log: IO[str] = sys.
     print(f"== {step.name}: {' '.join(step.command)}", file=log, flush=True)
     container = client.containers.run(
         image, step.command, detach=True, working_dir="/src", environment=env,
-        volumes={str(checkout): {"bind": "/src", "mode": "rw"}},
+        volumes={str(checkout): {"bind": "/src", "mode": "rw"}, **git_dir_mounts(checkout)},
         user=f"{os.getuid()}:{os.getgid()}", network_mode="none",
     )
     try:

@@ -110,6 +110,16 @@ def test_compare_step_writes_markdown_to_the_job_summary(monkeypatch, tmp_path):
     assert summary.read_text() == text
 
 
+def test_a_worktree_checkout_gets_its_git_data_mounted_read_only(tmp_path):
+    plain = tmp_path / "clone"
+    (plain / ".git").mkdir(parents=True)
+    assert kd.git_dir_mounts(plain) == {}, "a plain clone carries its .git folder inside /src already"
+    tree = tmp_path / "wt"
+    tree.mkdir()
+    (tree / ".git").write_text("gitdir: /work/main/.git/worktrees/wt\n")
+    assert kd.git_dir_mounts(tree) == {"/work/main/.git": {"bind": "/work/main/.git", "mode": "ro"}}
+
+
 def _members(plan) -> dict[str, tarfile.TarInfo]:
     buf = io.BytesIO()
     kd.write_context(plan, buf)
