@@ -142,3 +142,11 @@ def test_act_command_maps_the_runner_to_the_local_image_without_pulling(tmp_path
     joined = " ".join(cmd)
     assert f"-P ubuntu-24.04={ka.ACT_IMAGE}" in joined and "--pull=false" in cmd, f"act command: {joined}"
     assert "--artifact-server-path" in cmd and "-j lavapipe" in joined and "--bind" in cmd, f"act command: {joined}"
+
+
+def test_artifact_stand_ins_are_v4_releases_pinned_by_commit():
+    # act's artifact server speaks only @actions/artifact 2.x (upload/download-artifact v4).
+    pinned = {a.slug for a in ka.pinned_actions([ka.CI_WORKFLOW, ka.BENCH_WORKFLOW])}
+    assert set(ka.ACT_ARTIFACT_STAND_INS) == {"actions/upload-artifact", "actions/download-artifact"} <= pinned
+    for slug, (version, sha) in ka.ACT_ARTIFACT_STAND_INS.items():
+        assert version.startswith("v4.") and len(sha) == 40 and int(sha, 16) >= 0, f"{slug}: {version} {sha}"
