@@ -193,8 +193,8 @@ def _ncc_builds(package_json: Path) -> list[list[str]]:
 def rebuild_local(snapshot: Path, action: Action, missing: list[str], cache: Path, log=sys.stdout) -> Path:
     """Check out the action's tree at its commit from the snapshot into a folder (for act's
     --local-repository) and rebuild the files the snapshot lacks when they are the action's ncc
-    bundles (dist/...): npm installs its declared dependencies (newest within the declared ranges:
-    the lock may name versions the registry no longer has), then ncc builds."""
+    bundles (dist/...): npm installs the locked dependencies (or, where the registry no longer has
+    a locked version, the newest within the declared ranges), then ncc builds."""
     dest = cache / "local" / f"{action.cache_name}@{action.sha}"
     done = dest / ".kbench-rebuilt"
     if done.is_file():
@@ -221,8 +221,16 @@ def rebuild_local(snapshot: Path, action: Action, missing: list[str], cache: Pat
         raise ActError(f"{action.slug}: the snapshot lacks {missing} and package.json has no `ncc build` script")
     print(f"== {action.slug}@{action.sha[:12]}: rebuilding {missing} from the pinned source "
           f"(npm install, then {' && '.join(' '.join(b) for b in builds)})", file=log, flush=True)
-    npm = ["npm", "install", "--ignore-scripts", "--no-audit", "--no-fund", "--no-package-lock"]
-    subprocess.run(npm, cwd=dest, check=True)
+    # The lock first: the versions the release was built with (act's artifact server fails with
+    # newer Azure storage clients, which encode the signed upload URL once more). Only where the
+    # registry no longer serves a locked version, resolve afresh within the declared ranges.
+    quiet = ["--ignore-scripts", "--no-audit", "--no-fund"]
+    if (dest / "package-lock.json").is_file() and subprocess.run(["npm", "ci", *quiet], cwd=dest).returncode == 0:
+        print(f"== {action.slug}: dependencies as locked (npm ci)", file=log, flush=True)
+    else:
+        print(f"== {action.slug}: the lock cannot be installed; newest versions within the declared ranges",
+              file=log, flush=True)
+        subprocess.run(["npm", "install", *quiet, "--no-package-lock"], cwd=dest, check=True)
     for build in builds:
         subprocess.run(["npx", "--no-install", *build], cwd=dest, check=True)
     still = [p for p in missing if not (dest / p).is_file()]
