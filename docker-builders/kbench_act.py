@@ -220,7 +220,7 @@ def rebuild_local(snapshot: Path, action: Action, missing: list[str], cache: Pat
     if not builds:
         raise ActError(f"{action.slug}: the snapshot lacks {missing} and package.json has no `ncc build` script")
     print(f"== {action.slug}@{action.sha[:12]}: rebuilding {missing} from the pinned source "
-          f"(npm install, then {' && '.join(' '.join(b) for b in builds)})", file=log, flush=True)
+          f"(npm, then {' && '.join(' '.join(b) for b in builds)})", file=log, flush=True)
     # The lock first: the versions the release was built with (act's artifact server fails with
     # newer Azure storage clients, which encode the signed upload URL once more). Only where the
     # registry no longer serves a locked version, resolve afresh within the declared ranges.
