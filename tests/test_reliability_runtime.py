@@ -145,8 +145,10 @@ def test_destroy_after_a_timed_out_wait_on_an_endless_shader_returns_with_a_mess
     assert "later: this Manager was abandoned" in proc.stdout, proc.stdout
 
 
-def test_the_interpreter_exits_with_an_endless_shader_still_running():
-    proc = run_python(ENDLESS_SETUP + """
+@pytest.mark.parametrize("cycle", [False, True], ids=["plain", "sequence-in-a-cycle"])
+def test_the_interpreter_exits_with_an_endless_shader_still_running(cycle):
+    proc = run_python(ENDLESS_SETUP + f"""
+    s.cycle = s if {cycle} else None  # a cycle keeps the sequence alive until the interpreter's last collection
     s.eval_async()
     assert s.eval_await(100_000_000) is False
     print("leaving", flush=True)

@@ -119,8 +119,8 @@ class _BadFill(kp.OpBase):
     def __init__(self, t):
         self.t = t
 
-    def record(self, seq):
-        lib.vkCmdFillBuffer(seq._cmd, self.t._vk_buffer, 2, 4, 0)
+    def record(self, rec):
+        lib.vkCmdFillBuffer(rec.command_buffer, self.t._vk_buffer, 2, 4, 0)
 
 
 @pytest.mark.skipif(not VALIDATION, reason="vulkan-validationlayers not installed (or KBENCH_VALIDATION=0)")

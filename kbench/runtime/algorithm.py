@@ -227,6 +227,16 @@ class Algorithm(ManagedObject):
         self._destroyed = True
         self._mgr._untrack(self)
 
+    def record_dispatch(self, rec, push: bytes | None = None) -> None:
+        """Record binding this algorithm and dispatching its grid; ``push`` (bytes) replaces its
+        push constants for this dispatch."""
+        self._check()
+        data = push if push is not None else (self._push.tobytes() if self._push.size else b"")
+        if self._info.push_size and len(data) != self._info.push_size:
+            raise ValueError(f"OpAlgoDispatch: the shader needs {self._info.push_size} bytes of push constants, "
+                             f"{len(data)} given (set them on the algorithm or pass push_consts)")
+        rec.dispatch(self._pipeline, self._set, data, self._workgroup)
+
     # --- kbench additions ----------------------------------------------------------------------
     @property
     def shader_info(self) -> ShaderInfo:

@@ -1,6 +1,7 @@
 """Manager: owns the Vulkan instance, device, queues and everything made from them."""
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 import time
@@ -19,6 +20,20 @@ from .errors import DeviceBusyError, DeviceLostError, OutOfDeviceMemoryError, Va
 from .memory import HOST_IMPORT_EXT, StagingPool, host_import_alignment
 from .sequence import Sequence
 from .tensor import Tensor, TensorTypes, numpy_dtype
+
+
+#: Managers not destroyed yet: destroyed (waits bounded by destroy_timeout_s) at interpreter exit,
+#: before module teardown, also where a reference cycle keeps one alive until then
+_LIVE: "weakref.WeakSet[Manager]" = weakref.WeakSet()
+
+
+@atexit.register
+def _destroy_live_managers() -> None:
+    for mgr in list(_LIVE):
+        try:
+            mgr.destroy()
+        except Exception:  # noqa: BLE001 - leaving: DeviceBusyError already warned
+            pass
 
 
 def _validation_default() -> bool:
@@ -458,6 +473,7 @@ class Manager:
         self._descriptors = DescriptorAllocator(self)
         self._staging = StagingPool(self)
         self._alive = True
+        _LIVE.add(self)
         self._util_seq: Sequence | None = None
 
     def _make_tensor(self, arr: np.ndarray, tensor_type) -> Tensor:

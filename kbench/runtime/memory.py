@@ -105,6 +105,10 @@ class Buffer:
     def address(self) -> int:
         return int(ffi.cast("uintptr_t", self.ptr))
 
+    def give_back(self) -> None:
+        """Return a staging buffer to its Manager's pool (Recorder.staging lent it)."""
+        self.mgr._staging.release(self)
+
     def view(self) -> memoryview:
         return memoryview(ffi.buffer(self.ptr, self.size))
 

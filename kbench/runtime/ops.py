@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING, Any, Sequence as Seq
 
 import numpy as np
 
-from ._vk import ffi, lib, vk
+from ._vk import vk
 from .algorithm import Algorithm, _as_constants, check_push_constants
 from .tensor import Tensor, TensorTypes
 from .transfer import StagedTransfer, as_bytes, host_copy, mapped_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .recorder import Recorder
     from .sequence import Sequence
 
 
@@ -91,10 +92,12 @@ def _host_range(tensor: Tensor, buf: Any, offset: Any, op: str, arg: str, verb: 
 
 
 class OpBase:
-    """Base of all operations. Subclasses implement ``record``; ``pre_eval``/``post_eval`` run on
-    the host before submission and after the wait; ``accesses`` lists (tensor, writes) pairs."""
+    """Base of all operations. Subclasses implement ``record(rec)``, recording through the
+    Recorder (kbench.runtime.recorder) and the tensors' and algorithms' record_* methods, as
+    Kompute's OpBase::record gets a command buffer; ``pre_eval``/``post_eval`` run on the host
+    before submission and after the wait; ``accesses`` lists (tensor, writes) pairs."""
 
-    def record(self, seq: "Sequence") -> None:  # pragma: no cover - abstract
+    def record(self, rec: "Recorder") -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def pre_eval(self, seq: "Sequence") -> None:
@@ -139,46 +142,45 @@ class _StagingOp(OpBase):
     _staged: list = []
     _direct: list = []
 
-    def _acquire(self, seq: "Sequence", nbytes: int):
+    def _acquire(self, rec: "Recorder", nbytes: int):
         if self._staging is None or self._staging.size < nbytes:
             if self._staging is not None:
                 st, self._staging = self._staging, None
-                st.mgr._staging.release(st)
-            self._staging = seq._mgr._staging.acquire(nbytes)
+                st.give_back()
+            self._staging = rec.staging(nbytes)
         return self._staging
 
-    def _record_transfer(self, seq: "Sequence", direction: str, ranges) -> None:
-        """Record a staged copy of ``ranges`` (device buffer, device offset, bytes)."""
+    def _record_transfer(self, rec: "Recorder", direction: str, ranges) -> None:
+        """Record a staged copy of ``ranges`` (tensor, byte offset in it, bytes)."""
         if self._transfer is not None:
             self._transfer.destroy()
-        self._transfer = StagedTransfer(seq._mgr, direction, ranges)
-        self._transfer.record(seq, self._acquire(seq, self._transfer.total))
+        self._transfer = StagedTransfer(rec.manager, direction, ranges)
+        self._transfer.record(rec, self._acquire(rec, self._transfer.total))
 
-    def _record_tensors(self, seq: "Sequence", direction: str, tensors: list) -> None:
+    def _record_tensors(self, rec: "Recorder", direction: str, tensors: list) -> None:
         """Record whole-tensor copies: straight from/to the host memory of tensors the device
         imported (Manager.zero_copy_min_bytes), through staging for the rest."""
-        mgr = seq._mgr
         self._direct, staged = [], []
         for t in tensors:
-            imp = t._host_import() if mgr._zero_copy(t.nbytes()) else None
+            imp = rec.host_import(t)
             if imp is None:
                 staged.append(t)
                 continue
             self._direct.append(t)
             if direction == "up":
-                seq._cmd_copy(imp.handle, t._vk_buffer, 0, 0, t.nbytes())
+                t.record_copy_from(rec, imp)
             else:
-                seq._cmd_copy(t._vk_buffer, imp.handle, 0, 0, t.nbytes())
+                t.record_copy_to(rec, imp)
         self._staged = staged
         if staged:
-            self._record_transfer(seq, direction, [(t._vk_buffer, 0, t.nbytes()) for t in staged])
+            self._record_transfer(rec, direction, [(t, 0, t.nbytes()) for t in staged])
         elif self._transfer is not None:
             tr, self._transfer = self._transfer, None
             tr.destroy()
 
     def _hosts(self) -> list[np.ndarray]:
         """Host side of each staged range, in the order they were recorded."""
-        return [as_bytes(t._host) for t in self._staged]
+        return [as_bytes(t.data()) for t in self._staged]
 
     def _tensors_used(self) -> list:
         return self._direct + self._staged
@@ -207,7 +209,7 @@ class _StagingOp(OpBase):
             tr.destroy()
         if self._staging is not None:
             st, self._staging = self._staging, None
-            st.mgr._staging.release(st)
+            st.give_back()
 
     def __del__(self):
         try:
@@ -231,8 +233,8 @@ class OpTensorSyncDevice(_StagingOp):
     def accesses(self):
         return [(t, True) for t in self._device_tensors()]
 
-    def record(self, seq):
-        self._record_tensors(seq, "up", self._device_tensors())
+    def record(self, rec):
+        self._record_tensors(rec, "up", self._device_tensors())
 
 
 class OpTensorSyncLocal(_StagingOp):
@@ -250,9 +252,9 @@ class OpTensorSyncLocal(_StagingOp):
     def accesses(self):
         return [(t, False) for t in self.tensors if t.tensor_type() != TensorTypes.storage]
 
-    def record(self, seq):
-        self._record_tensors(seq, "down", self._device_tensors())
-        seq._cmd_barrier(vk.VK_PIPELINE_STAGE_TRANSFER_BIT | vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+    def record(self, rec):
+        self._record_tensors(rec, "down", self._device_tensors())
+        rec.barrier(vk.VK_PIPELINE_STAGE_TRANSFER_BIT | vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                          vk.VK_PIPELINE_STAGE_HOST_BIT,
                          vk.VK_ACCESS_TRANSFER_WRITE_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT, vk.VK_ACCESS_HOST_READ_BIT)
 
@@ -273,10 +275,10 @@ class OpTensorCopy(OpBase):
     def accesses(self):
         return [(self.tensors[0], False)] + [(t, True) for t in self.tensors[1:]]
 
-    def record(self, seq):
+    def record(self, rec):
         src = self.tensors[0]
         for t in self.tensors[1:]:
-            seq._cmd_copy(src._vk_buffer, t._vk_buffer, 0, 0, src.nbytes())
+            t.record_copy_from(rec, src)
 
     def post_eval(self, seq):
         src = self.tensors[0]
@@ -285,7 +287,7 @@ class OpTensorCopy(OpBase):
         data = src.data()
         for t in self.tensors[1:]:
             if t.tensor_type() == TensorTypes.device:
-                np.copyto(t._host, data)
+                np.copyto(t.data(), data)
 
 
 class OpAlgoDispatch(OpBase):
@@ -309,18 +311,8 @@ class OpAlgoDispatch(OpBase):
             out.append((t, i not in ro))
         return out
 
-    def record(self, seq):
-        algo = self.algorithm
-        algo._check()
-        info = algo.shader_info
-        if self.push is not None:
-            data = self._push_bytes
-        else:
-            data = algo._push.tobytes() if algo._push.size else b""
-        if info.push_size and len(data) != info.push_size:
-            raise ValueError(f"OpAlgoDispatch: the shader needs {info.push_size} bytes of push constants, "
-                             f"{len(data)} given (set them on the algorithm or pass push_consts)")
-        seq._cmd_dispatch(algo._pipeline, algo._set, data, algo._workgroup)
+    def record(self, rec):
+        self.algorithm.record_dispatch(rec, self._push_bytes if self.push is not None else None)
 
 
 class OpMult(OpAlgoDispatch):
@@ -363,12 +355,12 @@ class OpMemoryBarrier(OpBase):
         self.masks = (int(src_access_mask), int(dst_access_mask), int(src_stage_mask), int(dst_stage_mask))
         self.on_primary = bool(barrier_on_primary)
 
-    def record(self, seq):
+    def record(self, rec):
         sa, da, ss, ds = self.masks
         if self.on_primary:
-            seq._cmd_buffer_barriers([t._vk_buffer for t in self.tensors], [t.nbytes() for t in self.tensors], ss, ds, sa, da)
+            rec.buffer_barriers(self.tensors, ss, ds, sa, da)
         else:
-            seq._cmd_barrier(ss, ds, sa, da)
+            rec.barrier(ss, ds, sa, da)
 
 
 class OpTensorCopyRegion(_StagingOp):
@@ -394,17 +386,17 @@ class OpTensorCopyRegion(_StagingOp):
     def accesses(self):
         return [(self.src, False), (self.dst, True)]
 
-    def record(self, seq):
+    def record(self, rec):
         so, do, n = self.args
         if not self.overlap:
-            seq._cmd_copy(self.src._vk_buffer, self.dst._vk_buffer, so, do, n)
+            self.dst.record_copy_from(rec, self.src, n, so, do)
             return
         # vkCmdCopyBuffer forbids overlapping regions of one buffer: bounce through staging
-        st = self._acquire(seq, n)
-        seq._cmd_copy(self.src._vk_buffer, st.handle, so, 0, n)
-        seq._cmd_barrier(vk.VK_PIPELINE_STAGE_TRANSFER_BIT, vk.VK_PIPELINE_STAGE_TRANSFER_BIT,
-                         vk.VK_ACCESS_TRANSFER_WRITE_BIT, vk.VK_ACCESS_TRANSFER_READ_BIT)
-        seq._cmd_copy(st.handle, self.dst._vk_buffer, 0, do, n)
+        st = self._acquire(rec, n)
+        self.src.record_copy_to(rec, st, n, so, 0)
+        rec.barrier(vk.VK_PIPELINE_STAGE_TRANSFER_BIT, vk.VK_PIPELINE_STAGE_TRANSFER_BIT,
+                    vk.VK_ACCESS_TRANSFER_WRITE_BIT, vk.VK_ACCESS_TRANSFER_READ_BIT)
+        self.dst.record_copy_from(rec, st, n, 0, do)
 
 
 class OpTensorWrite(_StagingOp):
@@ -420,13 +412,13 @@ class OpTensorWrite(_StagingOp):
     def _tensors_used(self) -> list:
         return [self.tensor]
 
-    def record(self, seq):
+    def record(self, rec):
         if self.data is not None:  # first recording: capture the bytes (rerecord reuses them)
             self.nbytes = self.data.nbytes
-            st = self._acquire(seq, self.nbytes)
+            st = self._acquire(rec, self.nbytes)
             host_copy(mapped_bytes(st.ptr, self.nbytes), as_bytes(self.data))
             self.data = None  # do not keep the caller's buffer alive
-        seq._cmd_copy(self._staging.handle, self.tensor._vk_buffer, 0, self.offset, self.nbytes)
+        self.tensor.record_copy_from(rec, self._staging, self.nbytes, 0, self.offset)
 
 
 class OpTensorRead(_StagingOp):
@@ -439,9 +431,9 @@ class OpTensorRead(_StagingOp):
     def accesses(self):
         return [(self.tensor, False)]
 
-    def record(self, seq):
-        self._record_transfer(seq, "down", [(self.tensor._vk_buffer, self.offset, self.out.nbytes)])
-        seq._cmd_barrier(vk.VK_PIPELINE_STAGE_TRANSFER_BIT, vk.VK_PIPELINE_STAGE_HOST_BIT,
+    def record(self, rec):
+        self._record_transfer(rec, "down", [(self.tensor, self.offset, self.out.nbytes)])
+        rec.barrier(vk.VK_PIPELINE_STAGE_TRANSFER_BIT, vk.VK_PIPELINE_STAGE_HOST_BIT,
                          vk.VK_ACCESS_TRANSFER_WRITE_BIT, vk.VK_ACCESS_HOST_READ_BIT)
 
     def _hosts(self):
@@ -468,5 +460,5 @@ class OpTensorFill(OpBase):
     def accesses(self):
         return [(self.tensor, True)]
 
-    def record(self, seq):
-        lib.vkCmdFillBuffer(seq._cmd, self.tensor._vk_buffer, self.offset, self.size, self.value)
+    def record(self, rec):
+        self.tensor.record_fill(rec, self.value, self.offset, self.size)

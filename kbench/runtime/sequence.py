@@ -10,6 +10,7 @@ from .memory import ManagedObject
 from ._vk import UINT64_MAX, ffi, lib, vk
 from .errors import DeviceBusyError, DeviceLostError
 from .ops import OpBase
+from .recorder import Recorder
 
 if TYPE_CHECKING:  # pragma: no cover
     from .manager import Manager
@@ -77,6 +78,7 @@ class Sequence(ManagedObject):
         self._read: set = set()
         self._uses: set[int] = set()  # ids of the tensors and algorithms the recorded ops refer to
         self._stale = ""  # "tensor"/"algorithm": one was destroyed or rebuilt since it was recorded
+        self._rec = Recorder(self._cmd, mgr)
         self._submit = ffi.new("VkSubmitInfo*")
         self._cmds = ffi.new("VkCommandBuffer[1]", [self._cmd])
         self._submit.sType = vk.VK_STRUCTURE_TYPE_SUBMIT_INFO
@@ -341,7 +343,7 @@ class Sequence(ManagedObject):
             self._cmd_barrier(_SHADER_OR_TRANSFER, _SHADER_OR_TRANSFER, _WRITES, _READS_WRITES)
             self._written = set()
             self._read = set()
-        op.record(self)
+        op.record(self._rec)
         for t, writes in acc:
             (self._written if writes else self._read).add(id(t))
         self._timestamp()
@@ -351,36 +353,9 @@ class Sequence(ManagedObject):
             lib.vkCmdWriteTimestamp(self._cmd, vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, self._query_pool, self._ts_written)
             self._ts_written += 1
 
-    def _cmd_copy(self, src, dst, src_offset: int, dst_offset: int, size: int) -> None:
-        region = ffi.new("VkBufferCopy*", {"srcOffset": src_offset, "dstOffset": dst_offset, "size": size})
-        lib.vkCmdCopyBuffer(self._cmd, src, dst, 1, region)
-
     def _cmd_barrier(self, src_stage: int, dst_stage: int, src_access: int, dst_access: int) -> None:
-        mb = ffi.new("VkMemoryBarrier*", {"sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-                                          "srcAccessMask": src_access, "dstAccessMask": dst_access})
-        lib.vkCmdPipelineBarrier(self._cmd, src_stage, dst_stage, 0, 1, mb, 0, ffi.NULL, 0, ffi.NULL)
-
-    def _cmd_buffer_barriers(self, buffers, sizes, src_stage, dst_stage, src_access, dst_access) -> None:
-        arr = ffi.new("VkBufferMemoryBarrier[]", len(buffers))
-        for i, (b, s) in enumerate(zip(buffers, sizes)):
-            arr[i].sType = vk.VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER
-            arr[i].srcAccessMask = src_access
-            arr[i].dstAccessMask = dst_access
-            arr[i].srcQueueFamilyIndex = vk.VK_QUEUE_FAMILY_IGNORED
-            arr[i].dstQueueFamilyIndex = vk.VK_QUEUE_FAMILY_IGNORED
-            arr[i].buffer = b
-            arr[i].offset = 0
-            arr[i].size = max(4, (s + 3) // 4 * 4)
-        lib.vkCmdPipelineBarrier(self._cmd, src_stage, dst_stage, 0, 0, ffi.NULL, len(buffers), arr, 0, ffi.NULL)
-
-    def _cmd_dispatch(self, pipeline, dset, push: bytes, grid) -> None:
-        cmd = self._cmd
-        lib.vkCmdBindPipeline(cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.pipeline)
-        sets = ffi.new("VkDescriptorSet[1]", [dset])
-        lib.vkCmdBindDescriptorSets(cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, 1, sets, 0, ffi.NULL)
-        if push:
-            lib.vkCmdPushConstants(cmd, pipeline.layout, vk.VK_SHADER_STAGE_COMPUTE_BIT, 0, len(push), push)
-        lib.vkCmdDispatch(cmd, grid[0], grid[1], grid[2])
+        """The sequence's own barriers (its start, and between dependent ops)."""
+        self._rec.barrier(src_stage, dst_stage, src_access, dst_access)
 
     # --- lifetime ------------------------------------------------------------------------------
     def _check(self) -> None:

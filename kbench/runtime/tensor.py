@@ -170,6 +170,20 @@ class Tensor(ManagedObject):
         state = "destroyed" if self._destroyed else f"{self._type.name}"
         return f"<kbench.runtime.Tensor {self._size} x {self._dtype} {state}>"
 
+    # --- recording (called by ops with the Recorder they were given) ----------------------------
+    def record_copy_from(self, rec, src, size: int | None = None, src_offset: int = 0, dst_offset: int = 0) -> None:
+        """Record a copy of ``size`` bytes (default: this tensor's size) from ``src`` (a tensor,
+        a staging buffer or imported host memory) into this tensor."""
+        rec.copy(src, self, src_offset, dst_offset, self.nbytes() if size is None else size)
+
+    def record_copy_to(self, rec, dst, size: int | None = None, src_offset: int = 0, dst_offset: int = 0) -> None:
+        """Record a copy of ``size`` bytes (default: this tensor's size) of this tensor into ``dst``."""
+        rec.copy(self, dst, src_offset, dst_offset, self.nbytes() if size is None else size)
+
+    def record_fill(self, rec, value: int, offset: int, size: int) -> None:
+        """Record filling bytes [offset, offset + size) (4-byte aligned) with the uint32 ``value``."""
+        rec.fill(self, value, offset, size)
+
     # --- internals -----------------------------------------------------------------------------
     def _mapped_array(self) -> np.ndarray:
         holder = _HostView(self, self._buffer.address(), self._size, self._dtype)

@@ -23,6 +23,7 @@ from ._vk import ffi, lib, vk
 
 if TYPE_CHECKING:  # pragma: no cover
     from .manager import Manager
+    from .recorder import Recorder
     from .sequence import Sequence
 
 #: host copies smaller than this run on the calling thread (thread hand-off costs ~10 us)
@@ -84,7 +85,7 @@ def host_copy(dst: np.ndarray, src: np.ndarray) -> None:
 class Chunk:
     """One piece of a staged transfer: ``size`` bytes at ``host_offset`` of host array ``host``
     (an index into the op's host arrays), ``staging_offset`` in staging and ``device_offset`` in
-    ``buffer``."""
+    the tensor ``buffer``."""
 
     __slots__ = ("host", "host_offset", "staging_offset", "buffer", "device_offset", "size")
 
@@ -101,7 +102,7 @@ CHUNK_ALIGN = 4096
 
 
 def plan_chunks(ranges: list[tuple[object, int, int]], chunk_bytes: int, align: int = 1) -> list[Chunk]:
-    """Chunks for ``ranges`` of (device buffer, device offset, bytes) in staging, each range
+    """Chunks for ``ranges`` of (tensor, byte offset in it, bytes) in staging, each range
     starting at a multiple of ``align``; range i is host array i."""
     out, staged = [], 0
     for i, (buf, dev_off, nbytes) in enumerate(ranges):
@@ -139,11 +140,11 @@ class StagedTransfer:
         self._event_array = None
 
     # --- recording -----------------------------------------------------------------------------
-    def record(self, seq: "Sequence", staging) -> None:
+    def record(self, rec: "Recorder", staging) -> None:
         """Record the GPU copies (and, when streamed, the event waits or signals)."""
         if not self.streamed:
             for c in self.chunks:
-                self._cmd_copy(seq, staging, c)
+                self._copy(rec, staging, c)
             return
         self._make_events(len(self.chunks))
         if self.direction == "up":
@@ -153,9 +154,8 @@ class StagedTransfer:
             for i, c in enumerate(self.chunks):
                 # host-set events: the wait's source stage is HOST, and the barrier makes the
                 # host's writes to the (coherent) staging memory visible to the copy
-                lib.vkCmdWaitEvents(seq._cmd, 1, self._event_array + i, vk.VK_PIPELINE_STAGE_HOST_BIT,
-                                    vk.VK_PIPELINE_STAGE_TRANSFER_BIT, 1, mb, 0, ffi.NULL, 0, ffi.NULL)
-                self._cmd_copy(seq, staging, c)
+                rec.wait_host_event(self._event_array, i, mb)
+                self._copy(rec, staging, c)
         else:
             mb = ffi.new("VkMemoryBarrier2*", {"sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER_2,
                                                "srcStageMask": vk.VK_PIPELINE_STAGE_2_TRANSFER_BIT,
@@ -165,16 +165,16 @@ class StagedTransfer:
             dep = ffi.new("VkDependencyInfo*", {"sType": vk.VK_STRUCTURE_TYPE_DEPENDENCY_INFO,
                                                 "memoryBarrierCount": 1, "pMemoryBarriers": mb})
             for i, c in enumerate(self.chunks):
-                self._cmd_copy(seq, staging, c)
+                self._copy(rec, staging, c)
                 # the signal carries the copy's writes to the host: once the host sees the
                 # event set, this chunk of staging holds the data
-                lib.vkCmdSetEvent2(seq._cmd, self._events[i], dep)
+                rec.set_event(self._events[i], dep)
 
-    def _cmd_copy(self, seq: "Sequence", staging, c: Chunk) -> None:
+    def _copy(self, rec: "Recorder", staging, c: Chunk) -> None:
         if self.direction == "up":
-            seq._cmd_copy(staging.handle, c.buffer, c.staging_offset, c.device_offset, c.size)
+            c.buffer.record_copy_from(rec, staging, c.size, c.staging_offset, c.device_offset)
         else:
-            seq._cmd_copy(c.buffer, staging.handle, c.device_offset, c.staging_offset, c.size)
+            c.buffer.record_copy_to(rec, staging, c.size, c.device_offset, c.staging_offset)
 
     # --- host side, around one submission --------------------------------------------------------
     def before_submit(self, staging, hosts: list[np.ndarray]) -> None:
