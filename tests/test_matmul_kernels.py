@@ -110,6 +110,10 @@ def test_fp32_tiles_match_float64(tile):
 @needs_device
 def test_fp32_validation_layer_is_quiet():
     from kbench.backend import VulkanBackend
+    from kbench.runtime.device import VALIDATION_LAYER, layer_available
+
+    if not layer_available(VALIDATION_LAYER):
+        pytest.skip(f"{VALIDATION_LAYER} is not installed (Debian: vulkan-validationlayers)")
 
     rng = np.random.default_rng(2)
     with VulkanBackend(validation=True, matmul_tile=(64, 64, 8, 4, 4, 2)) as be:

@@ -134,7 +134,8 @@ def _one_record_run(directory: Path, edit) -> Path:
 
 
 @pytest.mark.parametrize("edit, problem", [
-    (lambda line: line[:-1] + ',"x":' + "[" * 5000 + "]" * 5000 + "}", "nested too deep"),
+    # Python 3.11's json raises RecursionError here, 3.12's parses it and the depth check refuses it
+    (lambda line: line[:-1] + ',"x":' + "[" * 5000 + "]" * 5000 + "}", "nested"),
     (lambda line: line.replace('"n":3', '"n":' + "1" + "0" * 400), "an integer of 401 digits"),
     (lambda line: line.replace('"median":1000.0', '"median":-5'), "'gpu_ns.median' must be a finite time > 0"),
     (lambda line: line.replace('"median":1000.0', '"median":0'), "'gpu_ns.median' must be a finite time > 0"),
