@@ -50,3 +50,28 @@ def compile_glsl():
         return cache[src]
 
     return compile_
+
+
+def _no_device() -> str | None:
+    try:
+        import kbench.runtime as kp
+
+        if not kp.list_devices():
+            return "the Vulkan loader finds no device (install mesa-vulkan-drivers for lavapipe)"
+    except Exception as exc:  # noqa: BLE001 - no loader / no ICD
+        return f"no Vulkan available here: {exc}"
+    return None
+
+
+#: why no Vulkan device can be used here, or None
+NO_DEVICE = _no_device()
+#: marks a test that needs a Vulkan device (skipped with the reason otherwise)
+needs_device = pytest.mark.skipif(NO_DEVICE is not None, reason=NO_DEVICE or "")
+
+
+def nmse(got, ref) -> float:
+    """sum((got - ref)^2) / sum(ref^2) in float64."""
+    import numpy as np
+
+    ref = np.asarray(ref, np.float64)
+    return float(np.sum((np.asarray(got, np.float64) - ref) ** 2) / np.sum(ref ** 2))

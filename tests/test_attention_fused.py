@@ -28,22 +28,7 @@ NMSE_FUSED = 1e-9
 NMSE_LARGE = 1e-10
 
 
-def _no_device() -> str | None:
-    try:
-        if not kp.list_devices():
-            return "the Vulkan loader finds no device (install mesa-vulkan-drivers for lavapipe)"
-    except Exception as exc:  # noqa: BLE001 - no loader / no ICD
-        return f"no Vulkan available here: {exc}"
-    return None
-
-
-_NO_DEVICE = _no_device()
-needs_device = pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
-
-
-def nmse(got, ref) -> float:
-    ref = np.asarray(ref, np.float64)
-    return float(np.sum((np.asarray(got, np.float64) - ref) ** 2) / np.sum(ref ** 2))
+from conftest import NO_DEVICE, needs_device, nmse  # noqa: E402 - shared test helpers
 
 
 def reference(q, kc, vc, hd, t, nh, nkv) -> np.ndarray:
@@ -101,8 +86,8 @@ SHAPES = [
 def backend(request):
     """VulkanBackend with the subgroup partial pass, with one invocation per key row, and with the
     default pass forced to chunks of 16 keys (many chunks, a partial last one)."""
-    if _NO_DEVICE is not None:
-        pytest.skip(_NO_DEVICE)
+    if NO_DEVICE is not None:
+        pytest.skip(NO_DEVICE)
     from kbench.backend import VulkanBackend
 
     opts = {"subgroup": {}, "tree": {"use_subgroups": False}, "chunk16": {"attention_chunk": 16}}[request.param]
@@ -217,8 +202,8 @@ def _refusals(be):
 @pytest.mark.parametrize("kind", ["numpy", "vulkan"])
 def test_bad_arguments_are_refused_before_any_gpu_work(kind):
     if kind == "vulkan":
-        if _NO_DEVICE is not None:
-            pytest.skip(_NO_DEVICE)
+        if NO_DEVICE is not None:
+            pytest.skip(NO_DEVICE)
         from kbench.backend import VulkanBackend
 
         be = VulkanBackend()

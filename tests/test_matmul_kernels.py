@@ -21,22 +21,7 @@ kp = pytest.importorskip("kbench.runtime")
 NMSE_MATMUL = 1e-10  # fp32 accumulation reaches 1e-14 .. 1e-12 at these sizes
 
 
-def _no_device() -> str | None:
-    try:
-        if not kp.list_devices():
-            return "the Vulkan loader finds no device (install mesa-vulkan-drivers for lavapipe)"
-    except Exception as exc:  # noqa: BLE001 - no loader / no ICD
-        return f"no Vulkan available here: {exc}"
-    return None
-
-
-_NO_DEVICE = _no_device()
-needs_device = pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
-
-
-def nmse(got, ref) -> float:
-    ref = np.asarray(ref, np.float64)
-    return float(np.sum((np.asarray(got, np.float64) - ref) ** 2) / np.sum(ref ** 2))
+from conftest import needs_device, nmse  # noqa: E402 - shared test helpers
 
 
 def run_matmul(be, a: np.ndarray, b: np.ndarray, f16: bool = False) -> np.ndarray:

@@ -25,7 +25,8 @@ import numpy as np
 
 from kbench.backend import VulkanBackend
 from kbench.backend.kernels import KernelPolicy
-from kbench.bench.timing import settle
+
+from .settled import time_settled
 
 CHUNKS = [None, 32, 64, 128, 256, 512, 1024]
 
@@ -43,22 +44,6 @@ def reference(q, kc, vc, hd: int, t: int, nh: int, nkv: int) -> np.ndarray:
 
 def nmse(got: np.ndarray, ref: np.ndarray) -> float:
     return float(np.sum((got.astype(np.float64) - ref) ** 2) / np.sum(ref * ref))
-
-
-def time_calls(be: VulkanBackend, issue, repeats: int, settle_s: float) -> float | None:
-    """Median GPU ns of one issue() after bursts have brought the clock up (see probes.matmul)."""
-    if be.measure_gpu_ns(issue) is None:
-        return None
-
-    def burst() -> float:
-        for _ in range(8):
-            issue()
-        be.synchronize()
-        return be.measure_gpu_ns(issue) or float("nan")
-
-    settle(burst, 0.03, settle_s + 8, min_s=settle_s)
-    samples = [be.measure_gpu_ns(issue) for _ in range(repeats)]
-    return None if any(s is None for s in samples) else statistics.median(samples)
 
 
 def torch_sdpa_ns(q, kc, vc, hd: int, t: int, nh: int, nkv: int, repeats: int) -> tuple[float, float] | None:
@@ -132,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 passes = "sg" if be._policy.use_subgroups else "tree"  # noqa: SLF001
                 name = f"{passes} chunk {'auto ' if chunk is None else ''}{plan.chunk}"
-                ns = time_calls(be, lambda: be.attention(*hs, out, hd, t, nh, nkv), repeats, settle_s)
+                ns = time_settled(be, lambda: be.attention(*hs, out, hd, t, nh, nkv), repeats, settle_s)
                 got = np.empty(nh * hd, np.float32)
                 be.copy_from_device(out, got)
                 err = nmse(got, ref)

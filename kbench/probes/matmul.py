@@ -30,7 +30,8 @@ import numpy as np
 
 from kbench.backend import VulkanBackend
 from kbench.backend.kernels import KernelPolicy
-from kbench.bench.timing import settle
+
+from .settled import time_settled
 
 FP32_TILES = [
     KernelPolicy.MATMUL_GPU_TILE + (KernelPolicy.MATMUL_GPU_GROUP_M,),  # the GPU default
@@ -84,27 +85,8 @@ class Probe:
         return pol
 
     def time_op(self, issue) -> float | None:
-        """Median GPU time of one call, after the clock governor has settled.
-
-        A GPU idles down between short probes; without sustained work first, the samples time the
-        governor's low clock (an 8192^3 SGEMM read 5x slower than in the bench). So: run bursts of
-        calls until at least settle_s has passed and two samples in a row agree within 3%."""
-        be = self.be
-        if be.measure_gpu_ns(issue) is None:
-            return None
-
-        def burst() -> float:
-            for _ in range(8):
-                issue()
-            be.synchronize()
-            return be.measure_gpu_ns(issue) or float("nan")
-
-        # the H200 needs ~5.5 s of load to boost
-        settle(burst, 0.03, self.settle_s + 8, min_s=self.settle_s)
-        samples = [be.measure_gpu_ns(issue) for _ in range(self.repeats)]
-        if any(s is None for s in samples):
-            return None
-        return statistics.median(samples)
+        """Median GPU time of one call, after the clock governor has settled (probes.settled)."""
+        return time_settled(self.be, issue, self.repeats, self.settle_s)
 
     def sample_rows(self, out, m: int, n: int, rows: np.ndarray) -> np.ndarray:
         be = self.be
