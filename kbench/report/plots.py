@@ -193,10 +193,7 @@ def family_plots(df: pd.DataFrame, out_dir: str | Path, baseline: str | None = N
     devices_all = device_order(prepare(df), baseline)
     written: dict[str, list[Path]] = {}
     for family, part in long.groupby("family", sort=False):
-        units = set(part["unit"])
-        by_throughput = len(units) == 1 and next(iter(units)) in (BANDWIDTH_UNIT, COMPUTE_UNIT) \
-            and part["throughput"].notna().all()
-        unit = next(iter(units)) if by_throughput else "µs"
+        by_throughput, unit = _axis_unit(part)
         rows = list(dict.fromkeys(part["row"]))
         devices = [d for d in devices_all if d in set(part["device"])]
         height = 0.8 / max(1, len(devices))
@@ -223,6 +220,15 @@ def family_plots(df: pd.DataFrame, out_dir: str | Path, baseline: str | None = N
     return written
 
 
+def _axis_unit(part: pd.DataFrame) -> tuple[bool, str]:
+    """(plot throughput?, its unit): throughput where every row shares GB/s or GFLOP/s, else the
+    median time in µs."""
+    units = set(part["unit"])
+    by_throughput = len(units) == 1 and next(iter(units)) in (BANDWIDTH_UNIT, COMPUTE_UNIT) \
+        and bool(part["throughput"].notna().all())
+    return by_throughput, (next(iter(units)) if by_throughput else "µs")
+
+
 def case_bar_plots(df: pd.DataFrame, out_dir: str | Path, baseline: str | None = None) -> dict[str, list[Path]]:
     """One grouped bar chart per case name: its variants (case_ids) x devices, throughput in the
     case's unit (median time, lower is better, when the unit differs between rows)."""
@@ -234,10 +240,7 @@ def case_bar_plots(df: pd.DataFrame, out_dir: str | Path, baseline: str | None =
     devices_all = device_order(prepared, baseline)
     written: dict[str, list[Path]] = {}
     for case, part in long.groupby("case", sort=False):
-        units = set(part["unit"])
-        by_throughput = len(units) == 1 and next(iter(units)) in (BANDWIDTH_UNIT, COMPUTE_UNIT) \
-            and part["throughput"].notna().all()
-        unit = next(iter(units)) if by_throughput else "µs"
+        by_throughput, unit = _axis_unit(part)
         rows = list(dict.fromkeys(part["row"]))
         devices = [d for d in devices_all if d in set(part["device"])]
         width = 0.8 / max(1, len(devices))
