@@ -139,6 +139,35 @@ def cmd_cases(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_kernels(args: argparse.Namespace) -> int:
+    """`kbench kernels FILE [--source DIR]`: read a kernel declaration, compile and check every
+    kernel against its shader (no GPU work), list them and the cases each group would run."""
+    from kbench.bench.devices import foreign_implementations
+    from kbench.foreign import DeclarationError, declaration_path
+    from kbench.foreign.kernelset import describe, load_kernel_set
+
+    try:
+        path = declaration_path(args.file)
+        ks = load_kernel_set(path, args.source)
+        impls = foreign_implementations(path, args.source)
+    except (DeclarationError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    rows = describe(ks)
+    counts = {impl.name: len(impl.instances(args.mode)) for impl in impls}
+    if args.format == "json":
+        import json
+
+        print(json.dumps({"source": ks.source.describe(), "kernels": rows, f"{args.mode}_cases": counts}, indent=1))
+        return EXIT_OK
+    from tabulate import tabulate
+
+    print(f"{path}: {len(rows)} kernel(s) checked against their shaders; source {ks.source.describe()}")
+    print(tabulate(rows, headers="keys"))
+    for name, n in counts.items():
+        print(f"{name}: {n} {args.mode} case(s)")
+    return EXIT_OK
+
+
 def _run_options(args: argparse.Namespace, mode: str):
     from kbench.bench.runner import RunOptions
     from kbench.bench.timing import GPU_POLICY, TimingPolicy
@@ -405,6 +434,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("table", "json"), default="table", help="table (default) or json")
     p.add_argument("--quiet", action="store_true", help="no line per peak while measuring, only the table")
 
+    p = sub.add_parser("kernels", help="check a kernel declaration against its shaders (no GPU work) and list it")
+    p.add_argument("file", metavar="FILE", help="a declaration file (TOML) or a shipped set's name (yule)")
+    p.add_argument("--source", metavar="DIR", help="the source tree the declaration refers to")
+    p.add_argument("--mode", choices=("validate", "bench"), default="validate", help="whose cases to count")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+
     p = sub.add_parser("cases", help="list the case ids (what -k selects from)")
     p.add_argument("--mode", choices=("validate", "bench"), default="validate")
     p.add_argument("--format", choices=("text", "json"), default="text", help="one id per line (default) or json")
@@ -453,6 +488,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return cmd_devices(args)
         if args.command == "cases":
             return cmd_cases(args)
+        if args.command == "kernels":
+            return cmd_kernels(args)
         if args.command == "peaks":
             return cmd_peaks(args)
         return cmd_run(args, args.command)

@@ -454,3 +454,18 @@ def test_the_suites_take_a_declaration_and_report_each_group_as_its_own_tests(tr
     assert f"FAILED suites/test_validate.py::test_case[{tid}-mine/short@{PIN[:7]}]" in out, out[-3000:]
     assert proc.returncode == 1, out[-2000:]
     assert len(list((tmp_path / "runs").glob("*.jsonl"))) == 3, "one results file per implementation"
+
+
+def test_kbench_kernels_checks_a_declaration_and_lists_it_without_running_it(tree, tmp_path, capsys):
+    from kbench.cli import main
+
+    decl = tmp_path / "mine.toml"
+    decl.write_text(HEADER + ADD_KERNEL + Q4_0_KERNELS)
+    assert main(["kernels", str(decl), "--source", str(tree)]) == 0
+    out = capsys.readouterr().out
+    assert "4 kernel(s) checked against their shaders" in out and "q4_0_swapped" in out, out
+    assert f"mine/swapped@{PIN[:7]}: 4 validate case(s)" in out, out
+    decl.write_text(HEADER + ADD_KERNEL.replace('value = "size" }]', 'value = "size" }, { name = "x", type = "uint32", value = 1 }]'))
+    assert main(["kernels", str(decl), "--source", str(tree)]) == 2
+    err = capsys.readouterr().err
+    assert "push_constants add up to 8 bytes" in err, err
