@@ -142,13 +142,13 @@ def cmd_cases(args: argparse.Namespace) -> int:
 def cmd_kernels(args: argparse.Namespace) -> int:
     """`kbench kernels FILE [--source DIR]`: read a kernel declaration, compile and check every
     kernel against its shader (no GPU work), list them and the cases each group would run."""
-    from kbench.bench.devices import foreign_implementations
+    from kbench.bench.devices import foreign_implementations, load_foreign
     from kbench.foreign import DeclarationError, declaration_path
-    from kbench.foreign.kernelset import describe, load_kernel_set
+    from kbench.foreign.kernelset import describe
 
     try:
         path = declaration_path(args.file)
-        ks = load_kernel_set(path, args.source)
+        ks = load_foreign(str(path), args.source)
         impls = foreign_implementations(path, args.source)
     except (DeclarationError, ValueError) as exc:
         raise UsageError(str(exc)) from None

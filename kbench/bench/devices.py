@@ -253,14 +253,25 @@ def _vulkan_header() -> dict[str, Any]:
     return {"backend_options": chosen} if chosen else {}
 
 
-@functools.lru_cache(maxsize=4)
 def load_foreign(declaration: str, source: str | None) -> Any:
     """The kernel set (kbench.foreign.KernelSet) a declaration file or shipped set's name and a
-    source tree give, loaded and checked once per process."""
-    from kbench.foreign import declaration_path
+    source tree give, loaded and checked (every shader compiled) once per process and declaration
+    text: a run builds one implementation per kernel group from it."""
+    from kbench.foreign import DeclarationError, declaration_path
+
+    path = declaration_path(declaration)
+    try:
+        text = path.read_bytes()
+    except OSError:
+        raise DeclarationError(f"{path}: no such declaration file") from None
+    return _load_foreign(str(path), source, text)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_foreign(path: str, source: str | None, _text: bytes) -> Any:
     from kbench.foreign.kernelset import load_kernel_set
 
-    return load_kernel_set(declaration_path(declaration), source)
+    return load_kernel_set(path, source)
 
 
 def foreign_implementation(declaration: str, source: str | None, group: str = "") -> "Implementation":

@@ -22,13 +22,13 @@ import math
 import os
 import re
 import shutil
-import struct
 import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kbench.foreign.formula import f32_bits
 from kbench.quant import DType, row_bytes
 
 PEER_NAME = "ggml-vulkan"
@@ -153,7 +153,9 @@ def parse_sql(text: str) -> list[GgmlRow]:
 # --------------------------------------------------------------------------- the test file
 
 def _f32_bits(x: float) -> int:
-    return struct.unpack("<i", struct.pack("<f", float(x)))[0]
+    """A float's bits as the signed int32 the test file's op parameters are read into."""
+    bits = f32_bits(x)
+    return bits - (1 << 32) if bits >= 1 << 31 else bits
 
 
 def _tensor(type_name: str, ne: tuple[int, int, int, int]) -> str:
@@ -256,8 +258,8 @@ def run_binary(binary: Path, args: Iterable[str], *, timeout: float, device: int
 
 # --------------------------------------------------------------------------- records
 
-def _base(mode: str) -> dict[str, Any]:
-    return {"queue_config": "single", "queues": [], "layer": "backend", "peer": True}
+#: what every record of the peer says about where it ran
+_BASE = {"queue_config": "single", "queues": [], "layer": "backend", "peer": True}
 
 
 def perf_records(instances: list[Any], rows: list[GgmlRow]) -> list[dict[str, Any]]:
@@ -274,7 +276,7 @@ def perf_records(instances: list[Any], rows: list[GgmlRow]) -> list[dict[str, An
         if row is None or not row.supported or not row.time_us > 0:
             why = "ggml-vulkan does not support it" if row is not None else "ggml printed no result for it"
             out.append(case_record(inst.case.name, inst.params, case_id=inst.case_id, mode="bench",
-                                   status="unsupported", reason=why, **_base("bench")))
+                                   status="unsupported", reason=why, **_BASE))
             continue
         nbytes = ggml_bytes(inst.case.name, inst.params, inst.bytes_moved)
         ns = row.time_us * 1000.0
@@ -284,7 +286,7 @@ def perf_records(instances: list[Any], rows: list[GgmlRow]) -> list[dict[str, An
                    "its correctness is ggml's own test mode", timer="host",
             host_ns={"median": ns, "min": ns, "max": ns, "mean": ns, "stdev": 0.0, "iqr": 0.0, "n": 1,
                      "repeats": max(1, row.n_runs)},
-            bytes=nbytes, flops=inst.flops, **throughput(nbytes, inst.flops, ns), **_base("bench")))
+            bytes=nbytes, flops=inst.flops, **throughput(nbytes, inst.flops, ns), **_BASE))
     return out
 
 
@@ -301,7 +303,7 @@ def test_records(rows: list[GgmlRow]) -> list[dict[str, Any]]:
         reason = {"pass": "", "unsupported": "ggml-vulkan does not support it",
                   "fail": f"ggml test-backend-ops: FAIL against ggml's CPU backend {r.error}".strip()}[status]
         out.append(case_record("ggml_test", {"op": r.op_name, "test": text}, mode="validate", status=status,
-                               reason=reason, **_base("validate")))
+                               reason=reason, **_BASE))
     return out
 
 
@@ -312,7 +314,7 @@ def _run_error(what: str, run: BinaryRun) -> dict[str, Any]:
 
     mode = "bench" if what.startswith("bench") else "validate"
     return case_record("ggml_run", {"run": what.replace(" ", "_")}, mode=mode, status="error", reason=run.failure(),
-                       **_base(mode))
+                       **_BASE)
 
 
 def drive(binary: str | None, mode: str, instances: list[Any], props: dict[str, Any] | None,

@@ -23,7 +23,7 @@ from kbench.backend.vulkan_backend import VulkanBackend
 from kbench.quant import DType, row_bytes
 from kbench.runtime.errors import UnsupportedFeatureError
 
-from .formula import FormulaError
+from .formula import FormulaError, f32_bits
 from .kernelset import KernelSet, LoadedKernel
 from .ops import DECLARABLE_OPS, call_args
 
@@ -138,7 +138,7 @@ class ForeignBackend(VulkanBackend):
                      else tuple(loaded.info.local_size or (1, 1, 1)))
             scalars.update(local_size_x=local[0], local_size_y=local[1], local_size_z=local[2])
             grid = tuple(g.int_value(scalars) for g in decl.grid)
-            spec = tuple(c.value.int_value(scalars) if c.type != "float32" else _f32_bits(c.value(scalars))
+            spec = tuple(c.value.int_value(scalars) if c.type != "float32" else f32_bits(c.value(scalars))
                          for c in sorted(decl.spec_constants, key=lambda c: int(c.name)))
             push = self._push(loaded, scalars)
             keys = tuple(self._binding_key(b, buffers, scalars, decl.name) for b in
@@ -195,6 +195,3 @@ class ForeignBackend(VulkanBackend):
                 raise ValueError(f"{where}: grid {grid} x local size {tuple(local)} = {have} invocations, but the "
                                  f"output needs {need} ({decl.covers.text})")
 
-
-def _f32_bits(value: Any) -> int:
-    return int(np.float32(value).view(np.uint32))

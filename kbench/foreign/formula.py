@@ -28,7 +28,8 @@ def _ceil_div(a: Any, b: Any) -> int:
     return -(-int(a) // int(b))
 
 
-def _f32_bits(x: Any) -> int:
+def f32_bits(x: Any) -> int:
+    """The bits of ``x`` as a float32, read as an unsigned 32-bit integer."""
     return struct.unpack("<I", struct.pack("<f", float(x)))[0]
 
 
@@ -40,7 +41,7 @@ def _sigmoid(x: Any) -> Any:
 SCALAR_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "ceil_div": _ceil_div, "ceil": lambda x: int(math.ceil(x)), "floor": lambda x: int(math.floor(x)),
     "min": min, "max": max, "int": int, "float": float, "abs": abs, "sqrt": math.sqrt,
-    "log2": math.log2, "f32_bits": _f32_bits,
+    "log2": math.log2, "f32_bits": f32_bits,
 }
 
 #: functions of reference expressions (float64 NumPy arrays)

@@ -25,7 +25,6 @@ from kbench.runtime.errors import ShaderCompileError
 from kbench.runtime.spirv import ShaderInfo, reflect
 
 from .declaration import LOCAL, SCALAR_TYPES, Declaration, DeclarationError, KernelDecl, load
-from .ops import BACKEND_OP_ARGS
 
 @dataclass(frozen=True)
 class SourceTree:
@@ -168,11 +167,8 @@ def _check_against_shader(k: KernelDecl, info: ShaderInfo, where: str) -> np.dty
         if b.arg is not None and "w" in OP_BUFFER_ACCESS.get(k.op, {}).get(b.arg, "") and b.binding in readonly:
             raise DeclarationError(f"{where}: binding {b.binding} ({b.arg}) is written by {k.op}, but the shader "
                                    "declares it readonly")
-    fields, offset = [], 0
-    for c in k.push_constants:
-        fields.append((c.name, SCALAR_TYPES[c.type][0]))
-        offset += 4
-    declared_size = offset
+    fields = [(c.name, SCALAR_TYPES[c.type][0]) for c in k.push_constants]
+    declared_size = 4 * len(fields)  # every declarable scalar type is 4 bytes
     if declared_size != info.push_size:
         raise DeclarationError(f"{where}: push_constants add up to {declared_size} bytes, the shader's push-constant "
                                f"block is {info.push_size} bytes")
@@ -215,6 +211,3 @@ def describe(ks: KernelSet) -> list[Mapping[str, Any]]:
                      "local_size": "x".join(map(str, k.info.local_size or ())) or "spec"})
     return rows
 
-
-def op_signature(op: str) -> tuple[str, ...]:
-    return BACKEND_OP_ARGS[op][0]
