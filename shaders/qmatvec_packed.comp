@@ -3,15 +3,19 @@
 // aligned quants, fp16 scales in an array of their own) and x quantized by qmatvec_xq.comp
 // (16 bits per element as two signed bytes, a float scale per block of 32).
 //
-// A workgroup is one team of WG lanes taking ROWS consecutive rows; lane l takes units of 32
-// weights l, l + WG, ... of each row (a Q4_0/Q8_0 block; an eighth of a Q6_K block), so the
-// lanes of a subgroup read consecutive 16-byte words.  Per unit and row: uvec4 loads of quants,
-// a 16-bit load of the scale, and 4-wide signed byte dot products against both byte halves of
-// x (Q4_0: the nibbles become n - 8 as signed bytes; Q6_K: the 6-bit q - 32, two 16-element
-// sub-blocks with int8 scales).  Integer sums are exact (|sum| < 2^31); they are scaled by
-// d * s_x (and Q6_K's sub-block scale) in fp32.
-// Rows are summed by subgroupAdd and, across subgroups, in shared memory (variant sg), or by a
-// shared-memory tree (variant tree, devices without subgroup arithmetic).
+// A workgroup is TEAMS = WG / LANES teams of LANES lanes; team t takes ROWS consecutive rows.
+// Lane l of a team takes units of 32 weights l, l + LANES, ... of each of its rows (a Q4_0/Q8_0
+// block; an eighth of a Q6_K block), so the lanes of a subgroup read consecutive 16-byte words.
+// UNROLL units per row are loaded before any is decoded: the loads of UNROLL * ROWS units are in
+// flight together, which is what keeps HBM busy (the read floor probe's finding: a grid of short
+// independent 16-byte loads reads at 0.7x copy; one load at a time per lane does not).
+// Per unit and row: uvec4 loads of quants, a 16-bit load of the scale, and 4-wide signed byte dot
+// products against both byte halves of x (Q4_0: the nibbles become n - 8 as signed bytes; Q6_K:
+// the 6-bit q - 32, two 16-element sub-blocks with int8 scales).  Integer sums are exact
+// (|sum| < 2^31); they are scaled by d * s_x (and Q6_K's sub-block scale) in fp32.
+// A team's rows are summed by subgroup shuffles (variant sg: LANES a power of two; teams wider
+// than a subgroup add their subgroups' sums in shared memory), or by a shared-memory tree
+// (variant tree, devices without subgroup arithmetic).
 
 // Variant xwg: no qmatvec_xq dispatch; every workgroup quantizes all of x the same way into
 // shared memory first (x read from L2 once per workgroup: worth it where a workgroup has many rows).
@@ -31,7 +35,7 @@
 
 #if defined(USE_SUBGROUP)
 #extension GL_KHR_shader_subgroup_basic : require
-#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 #endif
 #extension GL_EXT_spirv_intrinsics : require
 // OpSDotKHR on 4 packed signed bytes (last operand: PackedVectorFormat4x8Bit = 0)
@@ -39,14 +43,17 @@ spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [
 int sdot(uint a, uint b, spirv_literal int fmt);
 
 layout(local_size_x_id = 0) in;
-layout(constant_id = 1) const uint ROWS = 4;  // rows per workgroup
+layout(constant_id = 1) const uint ROWS = 4;     // rows per team
+layout(constant_id = 3) const uint LANES = 32;   // lanes per team (a power of two dividing WG)
+layout(constant_id = 4) const uint UNROLL = 2;   // units per row loaded before decoding
+const uint TEAMS = gl_WorkGroupSize.x / LANES;
 
 #if defined(QT_Q4_0)
-const uint QV = 1u, UNITS = 1u;  // uvec4 per block, units of 32 weights per block
+const uint QV = 1u, UNITS = 1u, NQ = 1u;  // uvec4 per block, units of 32 weights per block, uvec4 per unit
 #elif defined(QT_Q8_0)
-const uint QV = 2u, UNITS = 1u;
+const uint QV = 2u, UNITS = 1u, NQ = 2u;
 #else
-const uint QV = 13u, UNITS = 8u;
+const uint QV = 13u, UNITS = 8u, NQ = 4u;  // ql (2 uvec4) and qh (2 uvec4) of one unit
 #endif
 
 layout(std430, binding = 0) readonly buffer Packed { uvec4 wq[]; };
@@ -67,11 +74,7 @@ layout(push_constant) uniform Push {
     uint row_bytes;  // of the GGUF rows (unused: the push layout of every qmatvec kernel)
 } pc;
 
-#if defined(USE_SUBGROUP)
-shared float part[ROWS * gl_WorkGroupSize.x];  // per row, one slot per subgroup
-#else
-shared float part[gl_WorkGroupSize.x];
-#endif
+shared float part[ROWS * gl_WorkGroupSize.x];  // per row, one slot per subgroup or per lane
 
 // the nibbles of a Q4_0 quant word as signed bytes n - 8: bytes 0..15 stay below 0x80, so
 // setting each byte's top bit and subtracting 8 borrows nothing across bytes
@@ -125,15 +128,70 @@ void quantize_block(uint b) {
 }
 #endif
 
+// the loads of one unit of a row: NQ quant words, Q6_K's sub-block scale word, the block scale
+#define SCALE_BASE (pc.n_rows * (pc.n_cols >> 5u) / UNITS * QV)  // uvec4 index of the scales
+
+void fetch(uint blk, uint b, out uvec4 q[NQ], out uint extra, out float d) {
+    uint si = blk >> 1u;
+    d = unpackHalf2x16(wq[SCALE_BASE + (si >> 2u)][si & 3u] >> (16u * (blk & 1u))).x;
+#if defined(QT_Q6_K)
+    // unit b & 7 of the block: half h = bit 2 (elements 128h ..), group g = bits 0-1: ql bytes
+    // 64h + 32 (g & 1) + l, qh bytes 32h + l, scales 8h + 2g (elements 0..15) and + 1 (16..31)
+    uint g = b & 3u, h = (b >> 2u) & 1u, q0 = blk * QV;
+    q[0] = wq[q0 + 4u * h + 2u * (g & 1u)];
+    q[1] = wq[q0 + 4u * h + 2u * (g & 1u) + 1u];
+    q[2] = wq[q0 + 8u + 2u * h];
+    q[3] = wq[q0 + 8u + 2u * h + 1u];
+    extra = wq[q0 + 12u][2u * h + (g >> 1u)];
+#else
+    for (uint i = 0u; i < NQ; ++i) {
+        q[i] = wq[blk * QV + i];
+    }
+    extra = 0u;
+#endif
+}
+
+// one unit's contribution: its integer dot with x's two byte halves, scaled
+float unit_dot(uvec4 q[NQ], uint extra, float d, uint b, uvec4 xl0, uvec4 xl1, uvec4 xh0, uvec4 xh1, float sx) {
+#if defined(QT_Q6_K)
+    uint g = b & 3u;
+    uint ls = 4u * (g >> 1u), hs = 2u * g;
+    uvec4 l0 = q[0], l1 = q[1], h0 = q[2], h1 = q[3];
+    uvec4 qa = uvec4(q6_minus_32(l0.x, h0.x, ls, hs), q6_minus_32(l0.y, h0.y, ls, hs),
+                     q6_minus_32(l0.z, h0.z, ls, hs), q6_minus_32(l0.w, h0.w, ls, hs));
+    uvec4 qb = uvec4(q6_minus_32(l1.x, h1.x, ls, hs), q6_minus_32(l1.y, h1.y, ls, hs),
+                     q6_minus_32(l1.z, h1.z, ls, hs), q6_minus_32(l1.w, h1.w, ls, hs));
+    // each sum of 16 is below 2^24, so exact in fp32
+    float ta = float(256 * dot4(qa, xh0) + dot4(qa, xl0));
+    float tb = float(256 * dot4(qb, xh1) + dot4(qb, xl1));
+    int sb = int(16u * (g & 1u));
+    int scw = int(extra);
+    return (ta * float(bitfieldExtract(scw, sb, 8)) + tb * float(bitfieldExtract(scw, sb + 8, 8))) * (d * sx);
+#elif defined(QT_Q4_0)
+    uvec4 w = q[0];
+    // elements 0..15 are the low nibbles (x words 0..3), 16..31 the high ones (words 4..7)
+    uvec4 lo = uvec4(nibbles_minus_8(w.x), nibbles_minus_8(w.y), nibbles_minus_8(w.z), nibbles_minus_8(w.w));
+    uvec4 hi = uvec4(nibbles_minus_8(w.x >> 4u), nibbles_minus_8(w.y >> 4u), nibbles_minus_8(w.z >> 4u),
+                     nibbles_minus_8(w.w >> 4u));
+    int t = 256 * (dot4(lo, xh0) + dot4(hi, xh1)) + dot4(lo, xl0) + dot4(hi, xl1);
+    return float(t) * (d * sx);
+#else
+    int t = 256 * (dot4(q[0], xh0) + dot4(q[1], xh1)) + dot4(q[0], xl0) + dot4(q[1], xl1);
+    return float(t) * (d * sx);
+#endif
+}
+
 void main() {
     uint lid = gl_LocalInvocationID.x;
+    uint team = lid / LANES, tl = lid % LANES;
     uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
-    uint row0 = group * ROWS;
-    if (row0 >= pc.n_rows) {
+    uint wg_row0 = group * (TEAMS * ROWS);
+    if (wg_row0 >= pc.n_rows) {
         return;  // whole workgroup: no barrier is skipped by part of it
     }
+    uint row0 = wg_row0 + team * ROWS;
+    uint rows = row0 < pc.n_rows ? min(ROWS, pc.n_rows - row0) : 0u;
     uint nb = pc.n_cols >> 5u;
-    uint rows = min(ROWS, pc.n_rows - row0);
 #if defined(XQ_WG)
     for (uint b = lid; b < nb; b += gl_WorkGroupSize.x) {
         quantize_block(b);
@@ -141,97 +199,86 @@ void main() {
     barrier();
 #endif
     uint nblk = nb / UNITS;  // weight blocks per row
-    uint scale_base = pc.n_rows * nblk * QV;  // uvec4 index of the scales
     float acc[ROWS];
     for (uint r = 0u; r < ROWS; ++r) {
         acc[r] = 0.0;
     }
-    for (uint b = lid; b < nb; b += gl_WorkGroupSize.x) {
-#if defined(XQ_WG)
-        uvec4 xl0 = sxl[2u * b], xl1 = sxl[2u * b + 1u];
-        uvec4 xh0 = sxh[2u * b], xh1 = sxh[2u * b + 1u];
-        float sx = sxs[b];
-#else
-        uvec4 xl0 = xq[2u * b], xl1 = xq[2u * b + 1u];
-        uvec4 xh0 = xq[2u * nb + 2u * b], xh1 = xq[2u * nb + 2u * b + 1u];
-        uint sxi = 16u * nb + b;  // x scale word
-        float sx = uintBitsToFloat(xq[sxi >> 2u][sxi & 3u]);
-#endif
-        for (uint r = 0u; r < ROWS; ++r) {  // a constant trip count keeps acc[] in registers
-            if (r >= rows) {
+    uvec4 q[UNROLL * ROWS][NQ];
+    uint extra[UNROLL * ROWS];
+    float d[UNROLL * ROWS];
+    for (uint b0 = tl; b0 < nb; b0 += LANES * UNROLL) {
+        for (uint u = 0u; u < UNROLL; ++u) {  // every load first (constant trip counts: unrolled)
+            uint b = min(b0 + u * LANES, nb - 1u);  // a unit past the row reloads the last one, unused
+            for (uint r = 0u; r < ROWS; ++r) {
+                uint row = min(row0 + r, pc.n_rows - 1u);
+                fetch(row * nblk + b / UNITS, b, q[u * ROWS + r], extra[u * ROWS + r], d[u * ROWS + r]);
+            }
+        }
+        for (uint u = 0u; u < UNROLL; ++u) {
+            uint b = b0 + u * LANES;
+            if (b >= nb) {
                 break;
             }
-            uint blk = (row0 + r) * nblk + b / UNITS;
-            uint si = blk >> 1u;
-            float d = unpackHalf2x16(wq[scale_base + (si >> 2u)][si & 3u] >> (16u * (blk & 1u))).x;
-#if defined(QT_Q6_K)
-            // unit b & 7 of the block: half h = bit 2 (elements 128h ..), group g = bits 0-1:
-            // ql bytes 64h + 32 (g & 1) + l, nibble g >> 1, qh bytes 32h + l at bits 2g, scales
-            // 8h + 2g (elements 0..15) and + 1 (16..31)
-            uint g = b & 3u, h = (b >> 2u) & 1u, q0 = blk * QV;
-            uvec4 l0 = wq[q0 + 4u * h + 2u * (g & 1u)], l1 = wq[q0 + 4u * h + 2u * (g & 1u) + 1u];
-            uvec4 h0 = wq[q0 + 8u + 2u * h], h1 = wq[q0 + 8u + 2u * h + 1u];
-            int scw = int(wq[q0 + 12u][2u * h + (g >> 1u)]);
-            uint ls = 4u * (g >> 1u), hs = 2u * g;
-            uvec4 qa = uvec4(q6_minus_32(l0.x, h0.x, ls, hs), q6_minus_32(l0.y, h0.y, ls, hs),
-                             q6_minus_32(l0.z, h0.z, ls, hs), q6_minus_32(l0.w, h0.w, ls, hs));
-            uvec4 qb = uvec4(q6_minus_32(l1.x, h1.x, ls, hs), q6_minus_32(l1.y, h1.y, ls, hs),
-                             q6_minus_32(l1.z, h1.z, ls, hs), q6_minus_32(l1.w, h1.w, ls, hs));
-            // each sum of 16 is below 2^24, so exact in fp32
-            float ta = float(256 * dot4(qa, xh0) + dot4(qa, xl0));
-            float tb = float(256 * dot4(qb, xh1) + dot4(qb, xl1));
-            int sb = int(16u * (g & 1u));
-            acc[r] += (ta * float(bitfieldExtract(scw, sb, 8)) + tb * float(bitfieldExtract(scw, sb + 8, 8))) * (d * sx);
+#if defined(XQ_WG)
+            uvec4 xl0 = sxl[2u * b], xl1 = sxl[2u * b + 1u];
+            uvec4 xh0 = sxh[2u * b], xh1 = sxh[2u * b + 1u];
+            float sx = sxs[b];
 #else
-            int t;
-#if defined(QT_Q4_0)
-            uvec4 q = wq[blk];
-            uvec4 lo = uvec4(nibbles_minus_8(q.x), nibbles_minus_8(q.y), nibbles_minus_8(q.z), nibbles_minus_8(q.w));
-            uvec4 hi = uvec4(nibbles_minus_8(q.x >> 4u), nibbles_minus_8(q.y >> 4u), nibbles_minus_8(q.z >> 4u),
-                             nibbles_minus_8(q.w >> 4u));
-            // elements 0..15 are the low nibbles (x words 0..3), 16..31 the high ones (words 4..7)
-            t = 256 * (sdot(lo.x, xh0.x, 0) + sdot(lo.y, xh0.y, 0) + sdot(lo.z, xh0.z, 0) + sdot(lo.w, xh0.w, 0)
-                       + sdot(hi.x, xh1.x, 0) + sdot(hi.y, xh1.y, 0) + sdot(hi.z, xh1.z, 0) + sdot(hi.w, xh1.w, 0))
-                + (sdot(lo.x, xl0.x, 0) + sdot(lo.y, xl0.y, 0) + sdot(lo.z, xl0.z, 0) + sdot(lo.w, xl0.w, 0)
-                   + sdot(hi.x, xl1.x, 0) + sdot(hi.y, xl1.y, 0) + sdot(hi.z, xl1.z, 0) + sdot(hi.w, xl1.w, 0));
-#else
-            uvec4 q0 = wq[2u * blk], q1 = wq[2u * blk + 1u];
-            t = 256 * (sdot(q0.x, xh0.x, 0) + sdot(q0.y, xh0.y, 0) + sdot(q0.z, xh0.z, 0) + sdot(q0.w, xh0.w, 0)
-                       + sdot(q1.x, xh1.x, 0) + sdot(q1.y, xh1.y, 0) + sdot(q1.z, xh1.z, 0) + sdot(q1.w, xh1.w, 0))
-                + (sdot(q0.x, xl0.x, 0) + sdot(q0.y, xl0.y, 0) + sdot(q0.z, xl0.z, 0) + sdot(q0.w, xl0.w, 0)
-                   + sdot(q1.x, xl1.x, 0) + sdot(q1.y, xl1.y, 0) + sdot(q1.z, xl1.z, 0) + sdot(q1.w, xl1.w, 0));
+            uvec4 xl0 = xq[2u * b], xl1 = xq[2u * b + 1u];
+            uvec4 xh0 = xq[2u * nb + 2u * b], xh1 = xq[2u * nb + 2u * b + 1u];
+            uint sxi = 16u * nb + b;  // x scale word
+            float sx = uintBitsToFloat(xq[sxi >> 2u][sxi & 3u]);
 #endif
-            acc[r] += float(t) * (d * sx);
-#endif
+            for (uint r = 0u; r < ROWS; ++r) {
+                acc[r] += unit_dot(q[u * ROWS + r], extra[u * ROWS + r], d[u * ROWS + r], b, xl0, xl1, xh0, xh1, sx);
+            }
         }
     }
 #if defined(USE_SUBGROUP)
+    // butterfly within min(LANES, subgroup): every lane of it ends with the sum
+    uint width = min(LANES, gl_SubgroupSize);
     for (uint r = 0u; r < ROWS; ++r) {
-        float s = subgroupAdd(acc[r]);
-        if (subgroupElect()) {
-            part[r * gl_NumSubgroups + gl_SubgroupID] = s;
+        for (uint m = 1u; m < width; m <<= 1u) {
+            acc[r] += subgroupShuffleXor(acc[r], m);
+        }
+    }
+    if (LANES <= gl_SubgroupSize) {
+        if (tl < rows) {
+            float s = 0.0;
+            for (uint r = 0u; r < ROWS; ++r) {  // lane r of the team writes row r
+                s = r == tl ? acc[r] : s;
+            }
+            y[row0 + tl] = s;
+        }
+        return;
+    }
+    uint per_team = LANES / gl_SubgroupSize;  // subgroups of a team (whole: LANES and WG are multiples)
+    uint sg_in_team = tl / gl_SubgroupSize;
+    if (gl_SubgroupInvocationID == 0u) {
+        for (uint r = 0u; r < ROWS; ++r) {
+            part[(team * ROWS + r) * per_team + sg_in_team] = acc[r];
         }
     }
     barrier();
-    if (lid < rows) {
+    if (tl < rows) {
         float s = 0.0;
-        for (uint g = 0u; g < gl_NumSubgroups; ++g) {
-            s += part[lid * gl_NumSubgroups + g];
+        for (uint g = 0u; g < per_team; ++g) {
+            s += part[(team * ROWS + tl) * per_team + g];
         }
-        y[row0 + lid] = s;
+        y[row0 + tl] = s;
     }
 #else
     for (uint r = 0u; r < ROWS; ++r) {
         part[lid] = acc[r];
         barrier();
-        for (uint h = gl_WorkGroupSize.x >> 1u; h > 0u; h >>= 1u) {  // WG is a power of two
-            if (lid < h) {
+        for (uint h = LANES >> 1u; h > 0u; h >>= 1u) {  // LANES is a power of two: halves within the team
+            if (tl < h) {
                 part[lid] += part[lid + h];
             }
             barrier();
         }
-        if (lid == 0u && r < rows) {
-            y[row0 + r] = part[0];
+        if (tl == 0u && r < rows) {
+            y[row0 + r] = part[lid];
         }
         barrier();
     }

@@ -75,11 +75,21 @@ CONFIGS = {
     "packed-sg-l8r3": ({"qmatvec": {"layout": "packed", "lanes": 8, "rows": 3}}, "packed"),
     "packed-sg-l4r1": ({"qmatvec": {"layout": "packed", "lanes": 4, "rows": 1}}, "packed"),
     "packed-tree-l16r2": ({"qmatvec": {"layout": "packed", "lanes": 16, "rows": 2, "reduce": "tree"}}, "packed"),
+    # ... several teams per workgroup (some past the last row), several units loaded ahead, teams
+    # wider than a subgroup
+    "packed-sg-l8r3t4u3": ({"qmatvec": {"layout": "packed", "lanes": 8, "rows": 3, "teams": 4, "unroll": 3}},
+                           "packed"),
+    "packed-sg-l64r2t2u4": ({"qmatvec": {"layout": "packed", "lanes": 64, "rows": 2, "teams": 2, "unroll": 4}},
+                            "packed"),
+    "packed-tree-l4r2t3u2": ({"qmatvec": {"layout": "packed", "lanes": 4, "rows": 2, "teams": 3, "unroll": 2,
+                                          "reduce": "tree"}}, "packed"),
     # ... with x quantized by every workgroup into shared memory (variant *.xwg.*)
     "packed-xwg-auto": ({"qmatvec": {"layout": "packed", "xq": "workgroup"}}, "packed"),
     "packed-xwg-sg-l8r8": ({"qmatvec": {"layout": "packed", "xq": "workgroup", "lanes": 8, "rows": 8}}, "packed"),
     "packed-xwg-tree-l16r3": ({"qmatvec": {"layout": "packed", "xq": "workgroup", "lanes": 16, "rows": 3,
                                            "reduce": "tree"}}, "packed"),
+    "packed-xwg-sg-l16r2t4u2": ({"qmatvec": {"layout": "packed", "xq": "workgroup", "lanes": 16, "rows": 2,
+                                             "teams": 4, "unroll": 2}}, "packed"),
 }
 
 # (n_rows, n_cols): odd row counts, row lengths whose byte size is / is not a multiple of 16

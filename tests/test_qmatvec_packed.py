@@ -204,7 +204,7 @@ def _props(**features):
     ({"layout": "packed", "staged": True}, "cannot take staged=True"),
     ({"layout": "packed", "dot": False}, "cannot take dot=False"),
     ({"layout": "packed", "xq": "lane"}, "cannot take xq='lane'"),
-    ({"layout": "packed", "teams": 2}, "cannot take teams=2"),
+    ({"unroll": 2}, "unroll is a choice of layout='packed'"),
     ({"xq": "workgroup"}, "xq='workgroup' is a choice of layout='packed'"),
     ({"layout": "packed", "xq": "shared"}, "xq must be lane, dispatch or workgroup"),
 ])
@@ -226,15 +226,22 @@ def test_packed_bytes_are_the_gguf_bytes_with_the_scales_apart():
     assert KernelPolicy.qmatvec_packed_bytes(DType.Q8_0, 1, 32) == 32 + 4, "an odd block count rounds its scale word up"
 
 
-def test_packed_launch_shape_follows_the_rows():
+def test_packed_launch_shape_takes_the_knobs_and_the_automatic_shape():
     pol = KernelPolicy(_props(integer_dot_product=True))
     pol.configure_qmatvec(layout="packed")
-    short = pol.qmatvec(DType.Q4_0, 4096, 14336)  # 3584 workgroups of 4 rows
-    long = pol.qmatvec(DType.Q8_0, 14336, 4096)
-    assert short.spv == "qmatvec_packed.q4_0.sg.spv" and short.spec == (128, 4), short
-    assert long.spv == "qmatvec_packed.q8_0.sg.spv" and long.spec == (256, 4), long
-    assert short.rows == 4
-    assert pol.qmatvec(DType.Q4_0, 64, 7).spec == (32, 4), "at least 32 lanes"
+    auto = KernelPolicy.QMATVEC_PACKED_SHAPE
+    k = pol.qmatvec(DType.Q4_0, 4096, 14336)
+    # spec: workgroup size, rows per team, x blocks, lanes per team, units loaded ahead
+    assert k.spv == "qmatvec_packed.q4_0.sg.spv", k
+    assert k.spec == (auto["lanes"] * auto["teams"], auto["rows"], 128, auto["lanes"], auto["unroll"]), k
+    assert k.rows == auto["rows"] * auto["teams"], "the grid covers rows per team x teams per workgroup"
+    pol.configure_qmatvec(layout="packed", lanes=64, rows=2, teams=2, unroll=4)
+    k = pol.qmatvec(DType.Q8_0, 14336, 4096)
+    assert k.spec == (128, 2, 448, 64, 4) and k.rows == 4, k
+    pol.configure_qmatvec(layout="packed", lanes=8, rows=16, teams=1)
+    k = pol.qmatvec(DType.Q4_0, 64, 7)
+    assert k.spec[0] % 32 == 0, f"whole subgroups per workgroup, got {k.spec}"
+    assert k.spec[1] == 8, f"a team writes at most one row per lane, got {k.spec}"
 
 
 def test_x_in_shared_memory_is_refused_where_it_does_not_fit():

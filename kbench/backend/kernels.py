@@ -545,13 +545,14 @@ class KernelPolicy:
         qmatvec_xq dispatch quantizes x once; default QMATVEC_XQ).  ``layout``: "gguf" (default)
         or "packed": for QMATVEC_PACKED_DTYPES, the backend repacks each weight buffer on first
         use into a 16-byte-aligned copy (qmatvec_pack.comp, the weight bytes again in device
-        memory) and runs qmatvec_packed.comp on it (integer dots, ``lanes`` per workgroup,
-        ``rows`` per workgroup, ``xq`` "dispatch" (default) or "workgroup": each workgroup
+        memory) and runs qmatvec_packed.comp on it (integer dots, ``lanes`` per team, ``teams`` per
+        workgroup, ``unroll`` units per row loaded before decoding,
+        ``rows`` per team, ``xq`` "dispatch" (default) or "workgroup": each workgroup
         quantizes x into shared memory itself, no second dispatch); other formats keep the
         GGUF kernels."""
         cfg = dict(config or {}, **knobs)
         unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot", "xq",
-                              "layout"}
+                              "layout", "unroll"}
         if unknown:
             raise ValueError(f"qmatvec config: unknown keys {sorted(unknown)}")
         if cfg.get("kernel", "auto") not in ("auto", "fast", "generic"):
@@ -580,13 +581,15 @@ class KernelPolicy:
                                  "which this device lacks")
             clash = [k for k, bad in (("kernel", cfg.get("kernel", "auto") == "generic"), ("staged", cfg.get("staged")),
                                       ("dot", cfg.get("dot") is False), ("xq", cfg.get("xq") == "lane"),
-                                      ("teams", cfg.get("teams") not in (None, 1))) if bad]
+                                      ) if bad]
             if clash:
                 raise ValueError(f"qmatvec config: layout='packed' has one kernel (integer dots on x quantized by a "
-                                 f"first dispatch or by each workgroup, one team per workgroup); it cannot take "
+                                 f"first dispatch or by each workgroup); it cannot take "
                                  f"{', '.join(clash)}="
                                  f"{', '.join(repr(cfg[k]) for k in clash)}")
-        for key in ("lanes", "rows", "teams", "chunk", "tile_kib"):
+        if cfg.get("unroll") is not None and cfg.get("layout") != "packed":
+            raise ValueError("qmatvec config: unroll is a choice of layout='packed'")
+        for key in ("lanes", "rows", "teams", "chunk", "tile_kib", "unroll"):
             v = cfg.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"qmatvec config: {key} must be a positive int, got {v!r}")
@@ -696,18 +699,31 @@ class KernelPolicy:
             return "packed"
         return "gguf"
 
+    #: the automatic launch shape of qmatvec_packed.comp: lanes per row team, rows per team,
+    #: teams per workgroup, units per row loaded before decoding (docs/kernel-choices.md)
+    QMATVEC_PACKED_SHAPE = {"lanes": 32, "rows": 4, "teams": 4, "unroll": 2}
+
     def _qmatvec_packed(self, dtype: DType, n_cols: int, n_rows: int) -> QMatvecKernel:
         cfg = self.qmatvec_config
-        rows = int(cfg.get("rows") or 4)
+        auto = self.QMATVEC_PACKED_SHAPE
         blocks = n_cols // 32  # units of 32 weights, one x scale each
-        lanes = cfg.get("lanes") or _team_lanes(n_rows, rows, blocks)
-        wg = min(int(lanes), _pow2_floor(min(self.max_invocations, self.max_size[0])))
+        limit = _pow2_floor(min(self.max_invocations, self.max_size[0]))
+        lanes = min(int(cfg.get("lanes") or auto["lanes"]), limit)
         subgroup = self.use_subgroups and cfg.get("reduce", "subgroup") == "subgroup"
-        rows = min(rows, wg)  # one invocation writes each row
+        if subgroup and lanes > self.subgroup_size and lanes % self.subgroup_size:
+            raise ValueError(f"quantized_matmul: {lanes} lanes per team is not a whole number of "
+                             f"{self.subgroup_size}-wide subgroups")
+        teams = max(1, min(int(cfg.get("teams") or auto["teams"]), limit // lanes))
+        wg = lanes * teams
+        if subgroup and wg % self.subgroup_size:
+            teams = _ceil_div(self.subgroup_size, lanes)  # whole subgroups per workgroup
+            wg = lanes * teams
+        rows = max(1, min(int(cfg.get("rows") or auto["rows"]), lanes))  # lane r of a team writes row r
+        unroll = int(cfg.get("unroll") or auto["unroll"])
         x_shared = self.qmatvec_xq_bytes(n_cols) if cfg.get("xq") == "workgroup" else 0
 
         def shared_bytes(rows: int) -> int:  # x (if held) + the reduction's partial sums
-            return x_shared + 4 * wg * (rows if subgroup else 1)
+            return x_shared + 4 * wg * rows
 
         while rows > 1 and shared_bytes(rows) > self.max_shared:
             rows //= 2
@@ -716,11 +732,12 @@ class KernelPolicy:
             raise ValueError(f"quantized_matmul: xq='workgroup' holds x quantized in shared memory, {need} bytes for "
                              f"{n_cols} columns with {wg} lanes; the device has {self.max_shared}")
         reduce = "sg" if subgroup else "tree"
-        plan = {"rows": rows, "packed": True, "packed_bytes": self.qmatvec_packed_bytes(dtype, n_rows, n_cols)}
+        plan = {"rows": rows * teams, "packed": True,
+                "packed_bytes": self.qmatvec_packed_bytes(dtype, n_rows, n_cols)}
+        spec = (wg, rows, blocks, lanes, unroll)
         if x_shared:
-            return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.xwg.{reduce}.spv", (wg, rows, blocks),
-                                 PUSH_QMATVEC, **plan)
-        return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.{reduce}.spv", (wg, rows), PUSH_QMATVEC,
+            return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.xwg.{reduce}.spv", spec, PUSH_QMATVEC, **plan)
+        return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.{reduce}.spv", spec, PUSH_QMATVEC,
                              uses_xq=True, xq_bytes=self.qmatvec_xq_bytes(n_cols), **plan)
 
     def qmatvec_pack(self, dtype: DType) -> Kernel:

@@ -22,9 +22,10 @@ dispatch) | staged:LANES:ROWS:TEAMS[:CHUNK|TILEk[:subgroup|tree]] (16-byte loads
 staged through shared memory, CHUNK blocks per row at a time, or the largest chunk whose tile is
 at most TILE KiB; default: the policy's chunk).  raw:<spec> (Q4_0) is the load-only twin of a
 fast/staged spec, raw:stream:LANES:ROWS[:TEAMS] reads the same rows with 16-byte loads and
-nothing else: the read floor of that grid.  packed[:LANES:ROWS[:subgroup|tree]] (Q4_0, Q8_0, Q6_K) is
-the backend's layout="packed": weights repacked on first use (untimed), x quantized by a first
-dispatch, integer dots on 16-byte loads (default launch shape: the policy's); packedw: the same
+nothing else: the read floor of that grid.  packed[:LANES:ROWS[:TEAMS[:UNROLL]]][:subgroup|tree]
+(Q4_0, Q8_0, Q6_K) is the backend's layout="packed": weights repacked on first use (untimed), x
+quantized by a first dispatch, integer dots on 16-byte loads, TEAMS row teams of LANES lanes per
+workgroup loading UNROLL units of each of their ROWS rows ahead (default: the policy's); packedw: the same
 with x quantized by every workgroup into shared memory instead (xq="workgroup").
 """
 
@@ -61,7 +62,7 @@ SMALL_VARIANTS = ["generic", "auto", "fast:8:2:4", "fast:32:4:4", "fast:16:1:2:t
 
 VARIANT_SYNTAX = ("generic | auto | fast:LANES:ROWS[:TEAMS[:subgroup|tree]] | dot[x]:LANES:ROWS[:TEAMS[:subgroup|tree]] | "
                   "staged:LANES:ROWS:TEAMS[:CHUNK|TILEk[:subgroup|tree]] | raw:<fast or staged spec> | raw:stream:LANES:ROWS[:TEAMS] | "
-                  "packed[w][:LANES:ROWS[:subgroup|tree]]")
+                  "packed[w][:LANES:ROWS[:TEAMS[:UNROLL]]][:subgroup|tree]")
 
 
 def parse_variant(spec: str) -> dict:
@@ -73,13 +74,13 @@ def parse_variant(spec: str) -> dict:
         return dict(parse_variant(spec[4:]), raw="loads")
     parts = spec.split(":")
     if parts[0] in ("packed", "packedw"):  # Q4_0 / Q8_0 / Q6_K on weights repacked by the backend (layout="packed")
-        if len(parts) not in (1, 3, 4):
+        reduce = parts.pop() if parts[-1] in ("subgroup", "tree") else None
+        if len(parts) not in (1, 3, 4, 5):
             raise SystemExit(f"bad variant {spec!r}: {VARIANT_SYNTAX}")
         cfg = {"layout": "packed", "xq": "workgroup" if parts[0] == "packedw" else "dispatch"}
-        if len(parts) >= 3:
-            cfg.update(lanes=int(parts[1]), rows=int(parts[2]))
-        if len(parts) == 4:
-            cfg["reduce"] = parts[3]
+        cfg.update({key: int(v) for key, v in zip(("lanes", "rows", "teams", "unroll"), parts[1:])})
+        if reduce:
+            cfg["reduce"] = reduce
         return cfg
     staged = parts[0] == "staged"
     longest = 6 if staged else 5
