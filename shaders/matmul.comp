@@ -18,9 +18,14 @@
 // Edges are zero-padded in either case, so no size needs to be a multiple of a tile.
 // GROUP_M > 1 renumbers the workgroups so that GROUP_M block rows sweep the columns together
 // (the A and B panels they share stay in L2).
+// WARP_N > 0 lays each run of 32 invocations out as a (32/WARP_N) x WARP_N patch of the
+// (BM/TM) x (BN/TN) invocation grid, so that one subgroup's shared-memory reads of a k-step touch
+// 32/WARP_N vec4s of A and WARP_N of B (WARP_N = 0: row-major, BN/TN invocations per row).  Only the
+// order of the invocations changes, so any subgroup size computes the same result.
 //
-// local_size_x must equal (BM/TM) * (BN/TN); TM, TN, BK are multiples of 4.  The backend derives
-// all of them (kbench/backend/kernels.py KernelPolicy.matmul).  Grid: (ceil(n/BN), ceil(m/BM)).
+// local_size_x must equal (BM/TM) * (BN/TN); TM, TN, BK are multiples of 4; with WARP_N > 0,
+// WARP_N divides both 32 and BN/TN, and 32/WARP_N divides BM/TM.  The backend derives all of
+// them (kbench/backend/kernels.py KernelPolicy.matmul).  Grid: (ceil(n/BN), ceil(m/BM)).
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint BM = 128;
@@ -31,11 +36,12 @@ layout(constant_id = 5) const uint TN = 8;
 layout(constant_id = 6) const uint VEC4 = 0;
 layout(constant_id = 7) const uint STAGES = 2;
 layout(constant_id = 8) const uint GROUP_M = 1;
+layout(constant_id = 9) const uint WARP_N = 0;
 
 // vec4 views of the buffers; the general path reads and writes single components
-layout(std430, binding = 0) readonly buffer MatA { vec4 a4[]; };
-layout(std430, binding = 1) readonly buffer MatB { vec4 b4[]; };
-layout(std430, binding = 2) writeonly buffer MatC { vec4 c4[]; };
+layout(std430, binding = 0) restrict readonly buffer MatA { vec4 a4[]; };
+layout(std430, binding = 1) restrict readonly buffer MatB { vec4 b4[]; };
+layout(std430, binding = 2) restrict writeonly buffer MatC { vec4 c4[]; };
 
 layout(push_constant) uniform Push {
     uint m;
@@ -135,6 +141,14 @@ void main() {
     uint lid = gl_LocalInvocationID.x;
     uint tx = lid % TX;
     uint ty = lid / TX;
+    if (WARP_N > 0u) {
+        // 32-invocation patches of (32/WARP_N) x WARP_N, TX/WARP_N of them per patch row
+        uint pid = lid / 32u;
+        uint lane = lid % 32u;
+        uint per_row = TX / WARP_N;
+        tx = (pid % per_row) * WARP_N + lane % WARP_N;
+        ty = (pid / per_row) * (32u / WARP_N) + lane / WARP_N;
+    }
 
     // block coordinates, optionally grouped GROUP_M block rows at a time
     uint bx = gl_WorkGroupID.x;

@@ -93,6 +93,26 @@ def test_fp32_tiles_match_float64(tile):
 
 
 @needs_device
+@pytest.mark.parametrize("tile,warp_n", [
+    ((128, 128, 8, 8, 8, 2), 8),   # 16 x 16 invocations as 4 x 8 patches
+    ((128, 128, 8, 8, 8, 1), 4),   # 8 x 4 patches
+    ((128, 128, 8, 8, 16, 3), 4),  # 16 x 8 invocations (128 acc each)
+    ((64, 64, 8, 4, 4, 1), 16),    # 2 x 16 patches over 16 x 16
+])
+def test_fp32_warp_patches_match_float64(tile, warp_n):
+    from kbench.backend import VulkanBackend
+
+    rng = np.random.default_rng(3)
+    with VulkanBackend(matmul_tile=tile, matmul_warp_n=warp_n) as be:
+        assert be.kernel_policy()["matmul_warp_n"] == warp_n
+        for m, n, k in FP32_SHAPES:
+            a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+            b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
+            err = nmse(run_matmul(be, a, b), a.astype(np.float64) @ b.astype(np.float64))
+            assert err < NMSE_MATMUL, f"matmul {tile} warp_n {warp_n} {m}x{n}x{k}: NMSE {err:.2e}"
+
+
+@needs_device
 def test_fp32_validation_layer_is_quiet():
     from kbench.backend import VulkanBackend
     from kbench.runtime.device import VALIDATION_LAYER, layer_available
@@ -118,7 +138,7 @@ def test_gpu_policy_double_buffers_and_groups():
     assert pol.matmul_tile == (128, 128, 8, 8, 8)
     assert pol.matmul_stages == 2 and pol.matmul_group_m == 8
     k = pol.matmul(True)
-    assert k.spv == "matmul.spv" and k.spec == (256, 128, 128, 8, 8, 8, 1, 2, 8)
+    assert k.spv == "matmul.spv" and k.spec == (256, 128, 128, 8, 8, 8, 1, 2, 8, KernelPolicy.MATMUL_GPU_WARP_N)
     assert pol.matmul(False).spec[6] == 0
     assert pol.matmul_vec4(4096, 4096) and not pol.matmul_vec4(4096, 4095) and not pol.matmul_vec4(6, 8)
     assert pol.matmul_grid(4096, 8192) == (64, 32, 1)
@@ -151,6 +171,23 @@ def test_single_stage_when_two_do_not_fit():
 def test_bad_fp32_tiles_are_rejected_clearly(tile, match):
     with pytest.raises(ValueError, match=match):
         KernelPolicy(_props(), matmul_tile=tile)
+
+
+@pytest.mark.parametrize("tile,warp_n,match", [
+    ((128, 128, 8, 8, 8), 3, r"WARP_N must be 0 or divide 32"),
+    ((128, 128, 8, 8, 8), 32, r"a 1 x 32 patch must tile the 16 x 16 invocations"),
+    ((128, 64, 8, 8, 8), 16, r"a 2 x 16 patch must tile the 16 x 8 invocations"),
+    ((128, 128, 8, 8, 8), True, r"matmul_warp_n must be an int"),
+])
+def test_bad_warp_patches_are_rejected_clearly(tile, warp_n, match):
+    with pytest.raises(ValueError, match=match):
+        KernelPolicy(_props(), matmul_tile=tile, matmul_warp_n=warp_n)
+
+
+def test_warp_patch_spec_constant():
+    pol = KernelPolicy(_props(), matmul_tile=(128, 128, 8, 8, 16), matmul_warp_n=4)
+    assert pol.matmul(True).spec == (128, 128, 128, 8, 8, 16, 1, 2, 8, 4)
+    assert KernelPolicy(_props(device_type="cpu")).matmul_warp_n == 0
 
 
 @needs_device

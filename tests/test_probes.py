@@ -21,3 +21,18 @@ def test_an_unknown_probe_is_a_usage_error(capsys):
 def test_the_read_floor_probe_runs_on_this_device(capsys):
     assert main(["probe", "read_floor", "--small"]) == 0
     assert "# floor small:" in capsys.readouterr().out
+
+
+def test_the_matmul_probe_ranks_every_fp32_variant_on_this_device(capsys, tmp_path):
+    import json
+
+    from kbench.probes.matmul import SMALL_FP32_VARIANTS, fp32_name
+
+    assert main(["probe", "matmul", "--small", "--fp32-only", "--no-torch", "--json", str(tmp_path / "r.json")]) == 0
+    out = capsys.readouterr().out
+    ranking = out[out.index("fp32 ranking 256x256x256"):]
+    missing = [fp32_name(*v) for v in SMALL_FP32_VARIANTS[1:] if fp32_name(*v) not in ranking]
+    assert not missing, f"variants missing from the ranking: {missing}\n{out}"
+    rows = json.loads((tmp_path / "r.json").read_text())
+    bad = [(r["variant"], r["m"], r["nmse"], r["note"]) for r in rows if not r["nmse"] < 1e-10]
+    assert rows and not bad, f"fp32 variants without an exact result (NMSE >= 1e-10 or not run): {bad}"

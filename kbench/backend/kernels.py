@@ -191,7 +191,8 @@ class KernelPolicy:
     """Chooses kernels and launch shapes from a device's properties (``get_device_properties``).
 
     Options: ``use_subgroups`` (None: when the device has subgroup arithmetic),
-    ``matmul_tile`` = (BM, BN, BK, TM, TN[, GROUP_M]), ``matmul_f16_tile`` = (WG_M, WG_N, SG_M, SG_N,
+    ``matmul_tile`` = (BM, BN, BK, TM, TN[, GROUP_M]), ``matmul_warp_n`` (invocations along n in each
+    32-invocation patch of matmul.comp, 0 = row-major; None: :meth:`matmul`'s rule), ``matmul_f16_tile`` = (WG_M, WG_N, SG_M, SG_N,
     BK[, GROUP_M]) (see :meth:`matmul` / :meth:`matmul_f16`), ``single_group_limit`` (largest softmax/rms_norm
     size done by one workgroup), ``grid_limit`` (cap on the grid's x dimension, below the
     device's maxComputeWorkGroupCount[0]; exercises the spread-over-y path in tests).
@@ -200,7 +201,7 @@ class KernelPolicy:
     def __init__(self, props: Mapping[str, Any], *, use_subgroups: bool | None = None,
                  matmul_tile: tuple[int, ...] | None = None,
                  single_group_limit: int = 8192, grid_limit: int | None = None,
-                 matmul_f16_tile: tuple[int, ...] | None = None):
+                 matmul_f16_tile: tuple[int, ...] | None = None, matmul_warp_n: int | None = None):
         self.props = props
         feats = props.get("features", {})
         self.max_invocations = int(props["max_work_group_invocations"])
@@ -227,6 +228,7 @@ class KernelPolicy:
         self.wg = _pow2_floor(min(256, self.max_invocations, self.max_size[0]))
         self.single_group_limit = int(single_group_limit)
         self.matmul_tile = self._pick_matmul_tile(matmul_tile)
+        self.matmul_warp_n = self._pick_matmul_warp_n(matmul_warp_n)
         self.matmul_f16_tile = self._pick_matmul_f16_tile(matmul_f16_tile)
         # the ops ask for the same few kernels over and over: memoize per instance
         for name in ("elementwise", "copy", "reduction", "reduction_plan", "matmul", "matmul_f16", "rope", "attn_score",
@@ -283,10 +285,12 @@ class KernelPolicy:
     # docs/kernel-choices.md), CPU drivers 64x64x16
     # blocks of 4x4, where large register tiles only spill.  The slices are double-buffered where
     # two fit in shared memory; GROUP_M block rows sweep the columns together (L2 reuse).
+    # matmul_warp_n arranges each 32 invocations as a (32/WARP_N) x WARP_N patch (0: row-major).
     MATMUL_GPU_TILE = (128, 128, 8, 8, 8)
     MATMUL_CPU_TILE = (64, 64, 16, 4, 4)
     MATMUL_TINY_TILE = (32, 32, 8, 4, 4)
     MATMUL_GPU_GROUP_M = 8
+    MATMUL_GPU_WARP_N = 0
 
     def _pick_matmul_tile(self, tile) -> tuple[int, ...]:
         if tile is None:
@@ -325,16 +329,40 @@ class KernelPolicy:
                     f"{self.max_shared}")
         return ""
 
+    def _pick_matmul_warp_n(self, warp_n) -> int:
+        if warp_n is None:
+            warp_n = 0 if self.is_cpu else self.MATMUL_GPU_WARP_N
+            return warp_n if not self._matmul_warp_n_problem(warp_n) else 0
+        if isinstance(warp_n, bool) or not isinstance(warp_n, (int, np.integer)):
+            raise ValueError(f"matmul_warp_n must be an int (0: row-major), got {warp_n!r}")
+        problem = self._matmul_warp_n_problem(int(warp_n))
+        if problem:
+            raise ValueError(f"matmul_warp_n={warp_n} does not fit matmul_tile {self.matmul_tile!r}: {problem}")
+        return int(warp_n)
+
+    def _matmul_warp_n_problem(self, warp_n: int) -> str:
+        """What breaks matmul.comp's 32-invocation patches for this tile ("" if none)."""
+        if warp_n == 0:
+            return ""
+        bm, bn, _, tm, tn = self.matmul_tile[:5]
+        tx, ty = bn // tn, bm // tm
+        if warp_n < 0 or 32 % warp_n:
+            return "WARP_N must be 0 or divide 32"
+        if tx % warp_n or ty % (32 // warp_n):
+            return (f"a {32 // warp_n} x {warp_n} patch must tile the {ty} x {tx} invocations "
+                    "(BM/TM x BN/TN)")
+        return ""
+
     @staticmethod
     def matmul_vec4(n: int, k: int) -> bool:
         """Whether matmul.comp's vec4 path applies: rows of A and B start on 16-byte boundaries."""
         return n % 4 == 0 and k % 4 == 0
 
     def matmul(self, vec4: bool = False) -> Kernel:
-        """Spec constants: (invocations, BM, BN, BK, TM, TN, VEC4, STAGES, GROUP_M)."""
+        """Spec constants: (invocations, BM, BN, BK, TM, TN, VEC4, STAGES, GROUP_M, WARP_N)."""
         bm, bn, bk, tm, tn = self.matmul_tile[:5]
         spec = ((bm // tm) * (bn // tn), bm, bn, bk, tm, tn, int(bool(vec4)), self.matmul_stages,
-                self.matmul_group_m)
+                self.matmul_group_m, self.matmul_warp_n)
         return Kernel("matmul.spv", spec, PUSH_MATMUL)
 
     def matmul_grid(self, m: int, n: int) -> tuple[int, int, int]:
@@ -795,6 +823,7 @@ def describe_policy(policy: KernelPolicy) -> dict[str, Any]:
         "matmul_tile": policy.matmul_tile,
         "matmul_group_m": policy.matmul_group_m,
         "matmul_stages": policy.matmul_stages,
+        "matmul_warp_n": policy.matmul_warp_n,
         "matmul_f16_tile": policy.matmul_f16_tile,
         "subgroups": policy.use_subgroups,
         "subgroup_size": policy.subgroup_size,

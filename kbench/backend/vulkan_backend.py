@@ -111,7 +111,8 @@ class VulkanBackend(ComputeBackend):
     Options: ``batch_ops`` (ops per submission, default 64), ``ring_size`` (sequences in
     flight, default 3), ``algorithm_cache_size`` (cached descriptor sets, default 256),
     ``use_subgroups`` (None = when the device has subgroup arithmetic), ``matmul_tile``
-    ((BM, BN, BK, TM, TN[, GROUP_M])), ``matmul_f16_tile`` ((WG_M, WG_N, SG_M, SG_N, BK[, GROUP_M]),
+    ((BM, BN, BK, TM, TN[, GROUP_M])), ``matmul_warp_n`` (matmul.comp's invocation layout; None: the
+    policy's), ``matmul_f16_tile`` ((WG_M, WG_N, SG_M, SG_N, BK[, GROUP_M]),
     the cooperative-matrix :meth:`matmul_f16`), ``single_group_limit`` (softmax/rms_norm sizes done by one
     workgroup), ``grid_limit`` (cap on the grid's x dimension; for tests of large grids),
     ``validation`` (Khronos validation layer), ``qmatvec`` (quantized_matmul kernel knobs, e.g.
@@ -126,7 +127,8 @@ class VulkanBackend(ComputeBackend):
                  single_group_limit: int = 8192, grid_limit: int | None = None,
                  validation: bool | None = None,
                  matmul_f16_tile: tuple[int, ...] | None = None,
-                 qmatvec: dict[str, Any] | None = None, attention_chunk: int | None = None) -> None:
+                 qmatvec: dict[str, Any] | None = None, attention_chunk: int | None = None,
+                 matmul_warp_n: int | None = None) -> None:
         for name, value, lo in (("batch_ops", batch_ops, 1), ("ring_size", ring_size, 1),
                                 ("algorithm_cache_size", algorithm_cache_size, 16),
                                 ("single_group_limit", single_group_limit, 1)):
@@ -142,7 +144,8 @@ class VulkanBackend(ComputeBackend):
             self._props = self._mgr.get_device_properties()
             self._policy = KernelPolicy(self._props, use_subgroups=use_subgroups,
                                         matmul_tile=matmul_tile, single_group_limit=single_group_limit,
-                                        grid_limit=grid_limit, matmul_f16_tile=matmul_f16_tile)
+                                        grid_limit=grid_limit, matmul_f16_tile=matmul_f16_tile,
+                                        matmul_warp_n=matmul_warp_n)
             if qmatvec:  # quantized_matmul kernel knobs: KernelPolicy.configure_qmatvec
                 self._policy.configure_qmatvec(qmatvec)
             self._batch_ops = batch_ops

@@ -10,9 +10,12 @@ first, median of --repeats), and checked on a few sampled rows against float64 N
 rounded inputs).  Variants are selected through KernelPolicy options on one backend, so the inputs
 are uploaded once per size.  Columns: variant, ms (median), TFLOP/s, NMSE on the sample.
 
-fp32 variants are matmul_tile = (BM, BN, BK, TM, TN, GROUP_M); spec constants of matmul.comp:
-(invocations, BM, BN, BK, TM, TN, VEC4, STAGES, GROUP_M), STAGES = 2 where two slices fit in shared
-memory.  fp16 variants are matmul_f16_tile = (WG_M, WG_N, SG_M, SG_N, BK, GROUP_M); spec constants of
+fp32 variants are matmul_tile = (BM, BN, BK, TM, TN, GROUP_M) with matmul_warp_n (named
+"BMxBNxBKxTMxTNxGROUP_M wWARP_N"); spec constants of matmul.comp: (invocations, BM, BN, BK, TM, TN,
+VEC4, STAGES, GROUP_M, WARP_N), STAGES = 2 where two slices fit in shared memory.  Every variant runs
+at the first size; the larger sizes take the default and the --top fastest of the first.  The end
+ranks the fp32 variants per size with their ratio to torch fp32 of the same run (--fp32-only: no
+fp16 part).  fp16 variants are matmul_f16_tile = (WG_M, WG_N, SG_M, SG_N, BK, GROUP_M); spec constants of
 matmul_coop.khr.spv: (invocations, WG_M, WG_N, SG_M, SG_N, BK, VEC, STAGES, GROUP_M).
 """
 
@@ -33,21 +36,30 @@ from kbench.backend.kernels import KernelPolicy
 
 from .settled import time_settled
 
-FP32_TILES = [
-    KernelPolicy.MATMUL_GPU_TILE + (KernelPolicy.MATMUL_GPU_GROUP_M,),  # the GPU default
-    (128, 128, 16, 8, 8, 8),
-    (128, 128, 16, 8, 8, 1),   # no block-row grouping
-    (128, 256, 8, 8, 16, 8),   # 8x16 per invocation
-    (256, 128, 8, 16, 8, 8),   # 16x8 per invocation
-    (128, 64, 16, 8, 4, 8),
-    (64, 64, 16, 4, 4, 8),     # the CPU default (4x4 per invocation)
-    (128, 128, 32, 8, 8, 8),   # one stage only (two do not fit in 48 KiB)
-    (128, 128, 16, 8, 8, 4),
-    (128, 128, 16, 8, 8, 16),
-    (128, 128, 8, 8, 8, 4),
-    (64, 128, 16, 8, 8, 8),    # 128 invocations of 8x8
-    (128, 64, 16, 8, 8, 8),
+#: fp32 variants: (matmul_tile with GROUP_M, matmul_warp_n); the first is the policy's GPU default
+FP32_VARIANTS: list[tuple[tuple[int, ...], int]] = [
+    (KernelPolicy.MATMUL_GPU_TILE + (KernelPolicy.MATMUL_GPU_GROUP_M,), KernelPolicy.MATMUL_GPU_WARP_N),
+    ((128, 128, 8, 8, 8, 8), 0),     # 256 invocations of 8x8, row-major (16 x 2 per subgroup)
+    ((128, 128, 8, 8, 8, 8), 8),     # the same in 4 x 8 patches (4 A + 8 B vec4s per subgroup read)
+    ((128, 128, 8, 8, 8, 8), 4),     # 8 x 4 patches
+    ((128, 128, 8, 8, 16, 8), 0),    # 128 invocations of 8x16 (128 accumulators; 4 x 8 row-major)
+    ((128, 128, 8, 8, 16, 8), 4),
+    ((128, 128, 8, 16, 8, 8), 0),    # 128 invocations of 16x8 (2 x 16 row-major)
+    ((128, 128, 8, 16, 8, 8), 8),
+    ((128, 128, 16, 8, 16, 8), 0),   # BK 16 at 128 invocations
+    ((128, 128, 16, 16, 8, 8), 8),
+    ((128, 128, 16, 8, 8, 8), 8),    # BK 16 at 256 invocations
+    ((128, 128, 4, 8, 8, 8), 8),     # BK 4: fewer staging registers, twice the barriers
+    ((128, 256, 8, 8, 16, 8), 8),    # 256 invocations of 8x16
+    ((256, 128, 8, 16, 8, 8), 8),    # 256 invocations of 16x8
+    ((64, 128, 8, 8, 8, 8), 8),      # 128 invocations of 8x8
+    ((128, 64, 8, 8, 8, 8), 0),
+    ((128, 128, 8, 8, 8, 4), 8),     # block-row grouping 4 / 16 / none
+    ((128, 128, 8, 8, 8, 16), 8),
+    ((128, 128, 8, 8, 8, 1), 8),
 ]
+SMALL_FP32_VARIANTS = [FP32_VARIANTS[0], ((128, 128, 8, 8, 8, 1), 8), ((64, 64, 16, 4, 4, 8), 0),
+                       ((32, 32, 8, 4, 4, 1), 0), ((128, 128, 8, 8, 16, 2), 4)]
 F16_TILES = [
     (2, 4, 4, 2, 32, 8),       # the default: 128x128, 8 subgroups of 64x32
     (2, 4, 4, 2, 32, 1),
@@ -60,6 +72,11 @@ F16_TILES = [
     (2, 4, 4, 2, 16, 8),       # BK 16
 ]
 SAMPLE_ROWS = 8
+
+
+def fp32_name(tile: tuple[int, ...], warp_n: int) -> str:
+    """A variant's name in the probe's rows: "BMxBNxBKxTMxTNxGROUP_M wWARP_N"."""
+    return "x".join(map(str, tile)) + f" w{warp_n}"
 
 
 def nmse(got: np.ndarray, ref: np.ndarray) -> float:
@@ -113,7 +130,8 @@ class Probe:
     def late(self) -> bool:
         return time.monotonic() > self.deadline
 
-    def fp32(self, size: tuple[int, int, int], tiles, rng) -> None:
+    def fp32(self, size: tuple[int, int, int], variants, rng) -> None:
+        """Time each (tile, warp_n) of ``variants`` at ``size``; rows named "BMxBNxBKxTMxTNxGROUP_M wWARP_N"."""
         be = self.be
         m, n, k = size
         a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
@@ -124,13 +142,14 @@ class Probe:
         try:
             be.copy_to_device(a, ha)
             be.copy_to_device(b, hb)
-            for tile in tiles:
-                name = "x".join(map(str, tile))
+            del a, b
+            for tile, warp_n in variants:
+                name = fp32_name(tile, warp_n)
                 if self.late():
                     self.record("fp32", size, name, None, float("nan"), "skipped: time budget")
                     continue
                 try:
-                    pol = self.use(matmul_tile=tile)
+                    pol = self.use(matmul_tile=tile, matmul_warp_n=warp_n)
                 except ValueError as exc:
                     self.record("fp32", size, name, None, float("nan"), f"rejected: {exc}")
                     continue
@@ -181,7 +200,7 @@ class Probe:
                 be.free(h)
 
 
-def torch_rows(sizes, repeats: int) -> list[dict]:
+def torch_rows(sizes, repeats: int, fp16: bool = True) -> list[dict]:
     try:
         import torch
     except ImportError:
@@ -194,7 +213,8 @@ def torch_rows(sizes, repeats: int) -> list[dict]:
     torch.backends.cudnn.allow_tf32 = False
     out = []
     for m, n, k in sizes:
-        for dtype, label in ((torch.float32, "torch fp32 (TF32 off)"), (torch.float16, "torch fp16")):
+        kinds = ((torch.float32, "torch fp32 (TF32 off)"), (torch.float16, "torch fp16"))
+        for dtype, label in kinds if fp16 else kinds[:1]:
             a = torch.rand(m, k, device="cuda", dtype=dtype) * 2 - 1
             b = torch.rand(k, n, device="cuda", dtype=dtype) * 2 - 1
             for _ in range(3):
@@ -223,6 +243,30 @@ def torch_rows(sizes, repeats: int) -> list[dict]:
     return out
 
 
+def fastest_fp32(rows: list[dict], size: tuple[int, int, int], variants) -> list:
+    """``variants`` that ran at ``size``, fastest first."""
+    speed = {r["variant"]: r["tflops"] for r in rows
+             if r["kind"] == "fp32" and (r["m"], r["n"], r["k"]) == size and r["tflops"] == r["tflops"]}
+    ran = [v for v in variants if fp32_name(*v) in speed]
+    return sorted(ran, key=lambda v: -speed[fp32_name(*v)])
+
+
+def print_fp32_ranking(rows: list[dict]) -> None:
+    """Per size: the fp32 variants fastest first, with the ratio to torch fp32 of the same run."""
+    sizes = sorted({(r["m"], r["n"], r["k"]) for r in rows if r["kind"] == "fp32"})
+    for size in sizes:
+        peer = next((r["tflops"] for r in rows if r["kind"] == "torch" and (r["m"], r["n"], r["k"]) == size
+                     and "fp32" in r["variant"]), None)
+        ran = sorted((r for r in rows if r["kind"] == "fp32" and (r["m"], r["n"], r["k"]) == size
+                      and r["tflops"] == r["tflops"]), key=lambda r: -r["tflops"])
+        head = f"torch fp32 {peer:.2f} TFLOP/s" if peer else "no torch peer"
+        print(f"fp32 ranking {size[0]}x{size[1]}x{size[2]} ({head}):")
+        for i, r in enumerate(ran, 1):
+            ratio = f"{r['tflops'] / peer:5.3f}x" if peer else "   -  "
+            print(f"  {i:2d}. {r['variant']:<26} {r['tflops']:8.2f} TFLOP/s  {ratio}  NMSE {r['nmse']:.1e}",
+                  flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--small", action="store_true", help="tiny sizes and few variants (CPU drivers)")
@@ -232,18 +276,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--emulate-coop", action="store_true",
                     help="run the fp16 variants on the emulated kernel (no cooperative matrices needed)")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--fp32-only", action="store_true", help="only the fp32 variants (and torch fp32)")
+    ap.add_argument("--top", type=int, default=6,
+                    help="fp32 at the larger sizes: the default and the N fastest of the first size")
     ap.add_argument("--json", type=Path, help="also write the rows as JSON here")
     args = ap.parse_args(argv)
     start = time.monotonic()
     rng = np.random.default_rng(0)
     if args.small:
         sizes = [(256, 256, 256), (201, 137, 75)]  # aligned, then the general (scalar) paths
-        fp32_tiles = [FP32_TILES[0], FP32_TILES[2], FP32_TILES[6], (32, 32, 8, 4, 4, 1)]
+        fp32_variants = SMALL_FP32_VARIANTS
         f16_tiles = [F16_TILES[0], F16_TILES[5]]
         repeats = args.repeats or 3
     else:
         sizes = [(4096, 4096, 4096), (8192, 8192, 8192)]
-        fp32_tiles, f16_tiles = FP32_TILES, F16_TILES
+        fp32_variants, f16_tiles = FP32_VARIANTS, F16_TILES
         repeats = args.repeats or 5
     rows: list[dict] = []
     with VulkanBackend(args.device) as be:
@@ -253,19 +300,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"device: {props['device_name']} ({props.get('driver_info', '')}), subgroup "
               f"{props.get('subgroup_size')}, shared {props.get('max_shared_memory')} B", flush=True)
         print(f"defaults: matmul_tile {default.matmul_tile} group {default.matmul_group_m} stages "
-              f"{default.matmul_stages}; matmul_f16_tile {default.matmul_f16_tile} "
+              f"{default.matmul_stages} warp_n {default.matmul_warp_n}; matmul_f16_tile {default.matmul_f16_tile} "
               f"({'supported' if not default.matmul_f16_unsupported() else default.matmul_f16_unsupported()})",
               flush=True)
         probe = Probe(be, repeats, start + args.budget, emulate)
-        for size in sizes:
-            probe.fp32(size, fp32_tiles, rng)
-        if not args.small:  # the general path at an odd size, default tile
-            probe.fp32((4095, 4095, 4095), [FP32_TILES[0]], rng)
-        for size in sizes:
-            probe.f16(size, f16_tiles, rng)
+        auto = (default.matmul_tile[:5] + (default.matmul_group_m,), default.matmul_warp_n)
+        variants = [auto] + [v for v in fp32_variants if v != auto]
+        for i, size in enumerate(sizes):
+            probe.fp32(size, variants, rng)
+            if i == 0:  # the larger sizes take the default and the fastest few of the first
+                variants = [auto] + [v for v in fastest_fp32(probe.rows, size, variants) if v != auto][:args.top]
+        if not args.small:  # the general path at an odd size: the default and the fastest
+            probe.fp32((4095, 4095, 4095), variants[:2], rng)
+        if not args.fp32_only:
+            for size in sizes:
+                probe.f16(size, f16_tiles, rng)
         rows += probe.rows
     if not args.no_torch:
-        rows += torch_rows(sizes, repeats)
+        rows += torch_rows(sizes, repeats, fp16=not args.fp32_only)
+    print_fp32_ranking(rows)
     best = {}
     for r in rows:
         key = (r["kind"], r["m"], r["n"], r["k"])
