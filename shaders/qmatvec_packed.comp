@@ -181,23 +181,10 @@ float unit_dot(uvec4 q[NQ], uint extra, float d, uint b, uvec4 xl0, uvec4 xl1, u
 #endif
 }
 
-void main() {
-    uint lid = gl_LocalInvocationID.x;
-    uint team = lid / LANES, tl = lid % LANES;
-    uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
-    uint wg_row0 = group * (TEAMS * ROWS);
-    if (wg_row0 >= pc.n_rows) {
-        return;  // whole workgroup: no barrier is skipped by part of it
-    }
-    uint row0 = wg_row0 + team * ROWS;
+// rows row0 .. row0 + ROWS - 1 of team `team` (rows past the matrix: none, but the team still
+// takes part in the workgroup's barriers)
+void team_rows(uint team, uint tl, uint lid, uint row0, uint nb) {
     uint rows = row0 < pc.n_rows ? min(ROWS, pc.n_rows - row0) : 0u;
-    uint nb = pc.n_cols >> 5u;
-#if defined(XQ_WG)
-    for (uint b = lid; b < nb; b += gl_WorkGroupSize.x) {
-        quantize_block(b);
-    }
-    barrier();
-#endif
     uint nblk = nb / UNITS;  // weight blocks per row
     float acc[ROWS];
     for (uint r = 0u; r < ROWS; ++r) {
@@ -250,22 +237,23 @@ void main() {
             }
             y[row0 + tl] = s;
         }
-        return;
-    }
-    uint per_team = LANES / gl_SubgroupSize;  // subgroups of a team (whole: LANES and WG are multiples)
-    uint sg_in_team = tl / gl_SubgroupSize;
-    if (gl_SubgroupInvocationID == 0u) {
-        for (uint r = 0u; r < ROWS; ++r) {
-            part[(team * ROWS + r) * per_team + sg_in_team] = acc[r];
+    } else {
+        uint per_team = LANES / gl_SubgroupSize;  // subgroups of a team (whole: LANES and WG are multiples)
+        uint sg_in_team = tl / gl_SubgroupSize;
+        if (gl_SubgroupInvocationID == 0u) {
+            for (uint r = 0u; r < ROWS; ++r) {
+                part[(team * ROWS + r) * per_team + sg_in_team] = acc[r];
+            }
         }
-    }
-    barrier();
-    if (tl < rows) {
-        float s = 0.0;
-        for (uint g = 0u; g < per_team; ++g) {
-            s += part[(team * ROWS + tl) * per_team + g];
+        barrier();
+        if (tl < rows) {
+            float s = 0.0;
+            for (uint g = 0u; g < per_team; ++g) {
+                s += part[(team * ROWS + tl) * per_team + g];
+            }
+            y[row0 + tl] = s;
         }
-        y[row0 + tl] = s;
+        barrier();  // part is written again by the workgroup's next row group
     }
 #else
     for (uint r = 0u; r < ROWS; ++r) {
@@ -283,4 +271,28 @@ void main() {
         barrier();
     }
 #endif
+}
+
+// Workgroups take row groups (TEAMS * ROWS rows) group, group + n_groups, ...: one each where
+// the grid covers the matrix; several where the policy launches about as many workgroups as
+// the device holds at once (whole waves, and x quantized once per workgroup).
+void main() {
+    uint lid = gl_LocalInvocationID.x;
+    uint team = lid / LANES, tl = lid % LANES;
+    uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+    uint n_groups = gl_NumWorkGroups.x * gl_NumWorkGroups.y;
+    uint group_rows = TEAMS * ROWS;
+    if (group * group_rows >= pc.n_rows) {
+        return;  // whole workgroup: no barrier is skipped by part of it
+    }
+    uint nb = pc.n_cols >> 5u;
+#if defined(XQ_WG)
+    for (uint b = lid; b < nb; b += gl_WorkGroupSize.x) {
+        quantize_block(b);
+    }
+    barrier();
+#endif
+    for (uint g = group; g * group_rows < pc.n_rows; g += n_groups) {  // uniform over the workgroup
+        team_rows(team, tl, lid, g * group_rows + team * ROWS, nb);
+    }
 }

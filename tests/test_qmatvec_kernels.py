@@ -90,6 +90,14 @@ CONFIGS = {
                                            "reduce": "tree"}}, "packed"),
     "packed-xwg-sg-l16r2t4u2": ({"qmatvec": {"layout": "packed", "xq": "workgroup", "lanes": 16, "rows": 2,
                                              "teams": 4, "unroll": 2}}, "packed"),
+    # ... fewer workgroups than row groups: each takes every 2nd / 3rd group of rows (the launch
+    # in whole waves where the device reports its compute units)
+    "packed-xwg-sg-l8r2t2g2": ({"qmatvec": {"layout": "packed", "xq": "workgroup", "lanes": 8, "rows": 2,
+                                            "teams": 2, "groups": 2}}, "packed"),
+    "packed-sg-l64r1t2g3": ({"qmatvec": {"layout": "packed", "lanes": 64, "rows": 1, "teams": 2, "groups": 3}},
+                            "packed"),
+    "packed-tree-l4r3t2g2": ({"qmatvec": {"layout": "packed", "lanes": 4, "rows": 3, "teams": 2, "groups": 2,
+                                          "reduce": "tree"}}, "packed"),
 }
 
 # (n_rows, n_cols): odd row counts, row lengths whose byte size is / is not a multiple of 16

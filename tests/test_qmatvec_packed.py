@@ -205,6 +205,9 @@ def _props(**features):
     ({"layout": "packed", "dot": False}, "cannot take dot=False"),
     ({"layout": "packed", "xq": "lane"}, "cannot take xq='lane'"),
     ({"unroll": 2}, "unroll is a choice of layout='packed'"),
+    ({"per_cu": 2}, "per_cu is a choice of layout='packed'"),
+    ({"layout": "packed", "per_cu": -1}, "per_cu must be an int >= 0"),
+    ({"layout": "packed", "groups": 0}, "groups must be a positive int"),
     ({"xq": "workgroup"}, "xq='workgroup' is a choice of layout='packed'"),
     ({"layout": "packed", "xq": "shared"}, "xq must be lane, dispatch or workgroup"),
 ])
@@ -242,6 +245,22 @@ def test_packed_launch_shape_takes_the_knobs_and_the_automatic_shape():
     k = pol.qmatvec(DType.Q4_0, 64, 7)
     assert k.spec[0] % 32 == 0, f"whole subgroups per workgroup, got {k.spec}"
     assert k.spec[1] == 8, f"a team writes at most one row per lane, got {k.spec}"
+
+
+def test_packed_launch_in_whole_waves_where_the_device_reports_its_compute_units():
+    props = {**_props(integer_dot_product=True), "compute_units": {"count": 132, "threads": 2048}}
+    pol = KernelPolicy(props)
+    pol.configure_qmatvec(layout="packed", lanes=32, rows=4, teams=8, per_cu=3)  # 256 lanes: 8 fit a unit
+    k = pol.qmatvec(DType.Q4_0, 4096, 14336)
+    assert k.max_groups == 132 * 3 and k.groups(14336) == 396, k
+    assert k.groups(64) == 2, "never more workgroups than row groups"
+    pol.configure_qmatvec(layout="packed", lanes=32, rows=4, teams=32, per_cu=4)  # 1024 lanes: 2 fit
+    assert pol.qmatvec(DType.Q4_0, 4096, 14336).max_groups == 264
+    pol.configure_qmatvec(layout="packed", per_cu=0)
+    assert pol.qmatvec(DType.Q4_0, 4096, 14336).max_groups == 0
+    unknown = KernelPolicy(_props(integer_dot_product=True))
+    unknown.configure_qmatvec(layout="packed", per_cu=3)
+    assert unknown.qmatvec(DType.Q4_0, 4096, 14336).max_groups == 0, "no compute unit count: one per row group"
 
 
 def test_x_in_shared_memory_is_refused_where_it_does_not_fit():

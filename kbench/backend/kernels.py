@@ -97,6 +97,14 @@ class QMatvecKernel(Kernel):
     #: reads x quantized by a first :meth:`KernelPolicy.qmatvec_xq` dispatch (``xq_bytes`` of scratch)
     uses_xq: bool = False
     xq_bytes: int = 0
+    #: launch at most this many workgroups, each taking every max_groups-th group of ``rows`` rows
+    #: (0: one workgroup per group of rows)
+    max_groups: int = 0
+
+    def groups(self, n_rows: int) -> int:
+        """Workgroups to launch for ``n_rows`` rows."""
+        need = _ceil_div(n_rows, self.rows)
+        return min(need, self.max_groups) if self.max_groups else need
 
 
 def _pow2_floor(n: int) -> int:
@@ -214,6 +222,8 @@ class KernelPolicy:
         self.max_shared = int(props["max_shared_memory"])
         self.subgroup_size = max(1, int(props.get("subgroup_size", 1)))
         self.is_cpu = props.get("device_type") == "cpu"
+        #: {"count", "threads"} of the device's compute units where a vendor extension says (else None)
+        self.compute_units = props.get("compute_units") or None
         has_subgroups = bool(feats.get("subgroup_basic")) and bool(feats.get("subgroup_arithmetic")) \
             and str(props.get("api_version", "1.0")) >= "1.1"
         if use_subgroups and not has_subgroups:
@@ -574,13 +584,16 @@ class KernelPolicy:
         or "packed": for QMATVEC_PACKED_DTYPES, the backend repacks each weight buffer on first
         use into a 16-byte-aligned copy (qmatvec_pack.comp, the weight bytes again in device
         memory) and runs qmatvec_packed.comp on it (integer dots, ``lanes`` per team, ``teams`` per
-        workgroup, ``unroll`` units per row loaded before decoding,
+        workgroup, ``unroll`` units per row loaded before decoding, ``per_cu``: launch that many
+        workgroups per compute unit where the device reports its compute units, each taking
+        several row groups (0: one workgroup per row group), ``groups``: at most that many
+        workgroups whatever the device (for tests and probes),
         ``rows`` per team, ``xq`` "dispatch" (default) or "workgroup": each workgroup
         quantizes x into shared memory itself, no second dispatch); other formats keep the
         GGUF kernels."""
         cfg = dict(config or {}, **knobs)
         unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot", "xq",
-                              "layout", "unroll"}
+                              "layout", "unroll", "per_cu", "groups"}
         if unknown:
             raise ValueError(f"qmatvec config: unknown keys {sorted(unknown)}")
         if cfg.get("kernel", "auto") not in ("auto", "fast", "generic"):
@@ -615,9 +628,14 @@ class KernelPolicy:
                                  f"first dispatch or by each workgroup); it cannot take "
                                  f"{', '.join(clash)}="
                                  f"{', '.join(repr(cfg[k]) for k in clash)}")
-        if cfg.get("unroll") is not None and cfg.get("layout") != "packed":
-            raise ValueError("qmatvec config: unroll is a choice of layout='packed'")
-        for key in ("lanes", "rows", "teams", "chunk", "tile_kib", "unroll"):
+        for key in ("unroll", "per_cu", "groups"):
+            if cfg.get(key) is not None and cfg.get("layout") != "packed":
+                raise ValueError(f"qmatvec config: {key} is a choice of layout='packed'")
+        if cfg.get("per_cu") is not None and (isinstance(cfg["per_cu"], bool) or not isinstance(cfg["per_cu"], int)
+                                              or cfg["per_cu"] < 0):
+            raise ValueError(f"qmatvec config: per_cu must be an int >= 0 (0: one workgroup per row group), "
+                             f"got {cfg['per_cu']!r}")
+        for key in ("lanes", "rows", "teams", "chunk", "tile_kib", "unroll", "groups"):
             v = cfg.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"qmatvec config: {key} must be a positive int, got {v!r}")
@@ -729,7 +747,7 @@ class KernelPolicy:
 
     #: the automatic launch shape of qmatvec_packed.comp: lanes per row team, rows per team,
     #: teams per workgroup, units per row loaded before decoding (docs/kernel-choices.md)
-    QMATVEC_PACKED_SHAPE = {"lanes": 32, "rows": 4, "teams": 4, "unroll": 2}
+    QMATVEC_PACKED_SHAPE = {"lanes": 32, "rows": 4, "teams": 4, "unroll": 2, "per_cu": 0}
 
     def _qmatvec_packed(self, dtype: DType, n_cols: int, n_rows: int) -> QMatvecKernel:
         cfg = self.qmatvec_config
@@ -762,6 +780,12 @@ class KernelPolicy:
         reduce = "sg" if subgroup else "tree"
         plan = {"rows": rows * teams, "packed": True,
                 "packed_bytes": self.qmatvec_packed_bytes(dtype, n_rows, n_cols)}
+        per_cu = cfg.get("per_cu", auto["per_cu"])
+        if cfg.get("groups"):
+            plan["max_groups"] = int(cfg["groups"])
+        elif per_cu and self.compute_units:  # whole waves: as many workgroups as the device holds at once
+            cu = self.compute_units
+            plan["max_groups"] = cu["count"] * max(1, min(int(per_cu), cu["threads"] // wg))
         spec = (wg, rows, blocks, lanes, unroll)
         if x_shared:
             return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.xwg.{reduce}.spv", spec, PUSH_QMATVEC, **plan)

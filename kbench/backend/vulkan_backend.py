@@ -393,7 +393,7 @@ class VulkanBackend(ComputeBackend):
         rb = row_bytes(dtype, n_cols)
         if n_rows * rb > 0xFFFFFFFF:
             raise ValueError(f"quantized_matmul: {n_rows} rows of {rb} bytes exceed the kernel's 4 GiB byte offsets")
-        grid = self._policy.grid_1d(_ceil_div(n_rows, kernel.rows))
+        grid = self._policy.grid_1d(kernel.groups(n_rows))
         w, x = weights.id, input.id
         if kernel.packed:
             w = self._packed_weights(weights, dtype, n_rows, n_cols, kernel.packed_bytes)

@@ -22,10 +22,11 @@ dispatch) | staged:LANES:ROWS:TEAMS[:CHUNK|TILEk[:subgroup|tree]] (16-byte loads
 staged through shared memory, CHUNK blocks per row at a time, or the largest chunk whose tile is
 at most TILE KiB; default: the policy's chunk).  raw:<spec> (Q4_0) is the load-only twin of a
 fast/staged spec, raw:stream:LANES:ROWS[:TEAMS] reads the same rows with 16-byte loads and
-nothing else: the read floor of that grid.  packed[:LANES:ROWS[:TEAMS[:UNROLL]]][:subgroup|tree]
+nothing else: the read floor of that grid.  packed[:LANES:ROWS[:TEAMS[:UNROLL[:PER_CU]]]][:subgroup|tree]
 (Q4_0, Q8_0, Q6_K) is the backend's layout="packed": weights repacked on first use (untimed), x
 quantized by a first dispatch, integer dots on 16-byte loads, TEAMS row teams of LANES lanes per
-workgroup loading UNROLL units of each of their ROWS rows ahead (default: the policy's); packedw: the same
+workgroup loading UNROLL units of each of their ROWS rows ahead, PER_CU workgroups per compute unit
+taking several row groups each (0: one per row group) (default: the policy's); packedw: the same
 with x quantized by every workgroup into shared memory instead (xq="workgroup").
 """
 
@@ -62,7 +63,7 @@ SMALL_VARIANTS = ["generic", "auto", "fast:8:2:4", "fast:32:4:4", "fast:16:1:2:t
 
 VARIANT_SYNTAX = ("generic | auto | fast:LANES:ROWS[:TEAMS[:subgroup|tree]] | dot[x]:LANES:ROWS[:TEAMS[:subgroup|tree]] | "
                   "staged:LANES:ROWS:TEAMS[:CHUNK|TILEk[:subgroup|tree]] | raw:<fast or staged spec> | raw:stream:LANES:ROWS[:TEAMS] | "
-                  "packed[w][:LANES:ROWS[:TEAMS[:UNROLL]]][:subgroup|tree]")
+                  "packed[w][:LANES:ROWS[:TEAMS[:UNROLL[:PER_CU]]]][:subgroup|tree]")
 
 
 def parse_variant(spec: str) -> dict:
@@ -75,10 +76,10 @@ def parse_variant(spec: str) -> dict:
     parts = spec.split(":")
     if parts[0] in ("packed", "packedw"):  # Q4_0 / Q8_0 / Q6_K on weights repacked by the backend (layout="packed")
         reduce = parts.pop() if parts[-1] in ("subgroup", "tree") else None
-        if len(parts) not in (1, 3, 4, 5):
+        if len(parts) not in (1, 3, 4, 5, 6):
             raise SystemExit(f"bad variant {spec!r}: {VARIANT_SYNTAX}")
         cfg = {"layout": "packed", "xq": "workgroup" if parts[0] == "packedw" else "dispatch"}
-        cfg.update({key: int(v) for key, v in zip(("lanes", "rows", "teams", "unroll"), parts[1:])})
+        cfg.update({key: int(v) for key, v in zip(("lanes", "rows", "teams", "unroll", "per_cu"), parts[1:])})
         if reduce:
             cfg["reduce"] = reduce
         return cfg
@@ -327,6 +328,8 @@ def main(argv=None) -> int:
                         continue
                     tbs = nbytes / ns * 1e-3
                     spec = "x".join(str(v) for v in kernel.spec)
+                    if getattr(kernel, "max_groups", 0):
+                        spec += f"/g{kernel.max_groups}"
                     flag = "" if err <= 1e-8 else "  <-- WRONG"
                     print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} {name:22} {spec:>15} {ns / 1e3:8.2f} "
                           f"{tbs:6.3f} {tbs / args.copy_tbs:6.2f} {err:9.2e} {timer} {copy_now / 1e3:8.2f} {ns / copy_now:6.2f}{flag}", flush=True)

@@ -261,6 +261,26 @@ def cooperative_matrix_properties(instance, pd, extensions: set[str]) -> list[di
     return out
 
 
+def compute_units(pd, exts: set[str] | list[str], api: int) -> dict[str, int] | None:
+    """How many compute units (NVIDIA SMs, AMD CUs) the device has and how many
+    invocations one holds at once, from the vendor extensions that say so; None elsewhere.
+    Kernels that launch whole waves of workgroups size their grids from it."""
+    if api < vk.VK_MAKE_VERSION(1, 1, 0):
+        return None
+    if "VK_NV_shader_sm_builtins" in exts:
+        nv = vk.VkPhysicalDeviceShaderSMBuiltinsPropertiesNV()
+        vk.vkGetPhysicalDeviceProperties2(pd, vk.VkPhysicalDeviceProperties2(pNext=nv))
+        count, threads = int(nv.shaderSMCount), int(nv.shaderWarpsPerSM) * 32
+    elif "VK_AMD_shader_core_properties" in exts:
+        amd = vk.VkPhysicalDeviceShaderCorePropertiesAMD()
+        vk.vkGetPhysicalDeviceProperties2(pd, vk.VkPhysicalDeviceProperties2(pNext=amd))
+        count = int(amd.shaderEngineCount) * int(amd.shaderArraysPerEngineCount) * int(amd.computeUnitsPerShaderArray)
+        threads = int(amd.simdPerComputeUnit) * int(amd.wavefrontsPerSimd) * int(amd.wavefrontSize)
+    else:
+        return None
+    return {"count": count, "threads": threads} if count > 0 and threads > 0 else None
+
+
 def describe(instance_handle, pd, index: int) -> dict[str, Any]:
     """All properties of physical device ``pd`` as plain Python data."""
     exts = device_extensions(pd)
@@ -326,6 +346,7 @@ def describe(instance_handle, pd, index: int) -> dict[str, Any]:
         "features": feats,
         "extensions": sorted(exts),
         "cooperative_matrix_properties": cooperative_matrix_properties(instance_handle, pd, exts),
+        "compute_units": compute_units(pd, exts, api),
         "icd_file": icd_file(),
     }
 
