@@ -57,6 +57,10 @@ FP32_VARIANTS: list[tuple[tuple[int, ...], int]] = [
     ((128, 128, 8, 8, 8, 4), 8),     # block-row grouping 4 / 16 / none
     ((128, 128, 8, 8, 8, 16), 8),
     ((128, 128, 8, 8, 8, 1), 8),
+    ((128, 128, 8, 8, 16, 4), 0),    # grouping at 128 invocations of 8x16
+    ((128, 128, 8, 8, 16, 16), 0),
+    ((128, 256, 8, 16, 8, 8), 8),    # 256 invocations of 16x8 over 128x256
+    ((256, 128, 8, 8, 16, 8), 0),    # 256 invocations of 8x16 over 256x128
 ]
 SMALL_FP32_VARIANTS = [FP32_VARIANTS[0], ((128, 128, 8, 8, 8, 1), 8), ((64, 64, 16, 4, 4, 8), 0),
                        ((32, 32, 8, 4, 4, 1), 0), ((128, 128, 8, 8, 16, 2), 4)]
@@ -243,6 +247,30 @@ def torch_rows(sizes, repeats: int, fp16: bool = True) -> list[dict]:
     return out
 
 
+def parse_fp32_variant(text: str) -> tuple[tuple[int, ...], int]:
+    """"128x128x8x8x16x8:w4" (or "... w4", or no warp part: 0) -> ((128, 128, 8, 8, 16, 8), 4)."""
+    tile, _, warp = text.replace(" ", ":").partition(":")
+    try:
+        parts = tuple(int(v) for v in tile.split("x"))
+        warp_n = int(warp.lstrip("w")) if warp else 0
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"fp32 variant {text!r} is not BMxBNxBKxTMxTNxGROUP_M[:wWARP_N]") from None
+    if len(parts) != 6:
+        raise argparse.ArgumentTypeError(f"fp32 variant {text!r} needs 6 numbers (BMxBNxBKxTMxTNxGROUP_M)")
+    return parts, warp_n
+
+
+def parse_sizes(text: str) -> list[tuple[int, int, int]]:
+    """"4096,4096,4096;8192,8192,8192" -> [(4096, 4096, 4096), (8192, 8192, 8192)]."""
+    try:
+        sizes = [tuple(int(v) for v in part.split(",")) for part in text.split(";") if part.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or any(len(sz) != 3 or min(sz) < 1 for sz in sizes):
+        raise argparse.ArgumentTypeError(f"sizes {text!r} are not M,N,K[;M,N,K...] of positive ints")
+    return sizes
+
+
 def fastest_fp32(rows: list[dict], size: tuple[int, int, int], variants) -> list:
     """``variants`` that ran at ``size``, fastest first."""
     speed = {r["variant"]: r["tflops"] for r in rows
@@ -277,6 +305,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="run the fp16 variants on the emulated kernel (no cooperative matrices needed)")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--fp32-only", action="store_true", help="only the fp32 variants (and torch fp32)")
+    ap.add_argument("--fp32-variant", action="append", default=[], metavar="BMxBNxBKxTMxTNxGROUP_M[:wWARP_N]",
+                    type=parse_fp32_variant, help="fp32 variants to run in place of the built-in list (repeat)")
+    ap.add_argument("--sizes", type=parse_sizes, default=None, metavar="M,N,K[;M,N,K...]",
+                    help="sizes in place of 4096^3 and 8192^3")
     ap.add_argument("--top", type=int, default=6,
                     help="fp32 at the larger sizes: the default and the N fastest of the first size")
     ap.add_argument("--json", type=Path, help="also write the rows as JSON here")
@@ -289,8 +321,8 @@ def main(argv: list[str] | None = None) -> int:
         f16_tiles = [F16_TILES[0], F16_TILES[5]]
         repeats = args.repeats or 3
     else:
-        sizes = [(4096, 4096, 4096), (8192, 8192, 8192)]
-        fp32_variants, f16_tiles = FP32_VARIANTS, F16_TILES
+        sizes = args.sizes or [(4096, 4096, 4096), (8192, 8192, 8192)]
+        fp32_variants, f16_tiles = args.fp32_variant or FP32_VARIANTS, F16_TILES
         repeats = args.repeats or 5
     rows: list[dict] = []
     with VulkanBackend(args.device) as be:
