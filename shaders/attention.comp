@@ -17,13 +17,28 @@
 // A NaN anywhere in a head's scores makes its l_c NaN (exp(NaN) is NaN), hence its output.
 // DX and CX must be powers of two dividing the local size; the local size a power of two.
 //
+//   partial.stream (the same partials in the same layout, one pass over K and V): teams of T lanes
+//     (aligned clusters of a subgroup) each take one key row at a time, a lane NV = HD/4/T vec4
+//     columns of it (16-byte loads, a team reads whole rows), q of the block's HB heads in
+//     registers.  Each team loads KU keys' K and V rows before using them (2*KU*NV loads in flight
+//     per lane), sums the team's dot products with xor shuffles and keeps an online softmax per
+//     head (running max m, sum l, o[d]) in registers: no shared memory and no barrier per key.  At
+//     the end the teams of a subgroup merge by shuffles, the subgroups through shared memory.  The
+//     chunk (keys per workgroup) is a push constant: one pipeline serves every split.
+//     Needs head_dim % 4 == 0, subgroup shuffles and T <= the subgroup size.
+//
 // kbench: variant partial.sg ATTN_PARTIAL USE_SUBGROUP target=vulkan1.1
 // kbench: variant partial.tree ATTN_PARTIAL
+// kbench: variant partial.stream ATTN_STREAM target=vulkan1.1
 // kbench: variant combine ATTN_COMBINE
 
 #if defined(USE_SUBGROUP)
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
+#if defined(ATTN_STREAM)
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 #endif
 
 // query heads per workgroup (sharing one kv head's rows); registers per invocation grow with it
@@ -240,6 +255,188 @@ void main() {
                 part[pair] = m[j];
                 part[pair + 1u] = l[j];
             }
+        }
+    }
+}
+
+#elif defined(ATTN_STREAM)
+layout(constant_id = 1) const uint HD = 128;    // head_dim, a multiple of 4
+layout(constant_id = 2) const uint T = 32;      // lanes per key row: a power of two <= the subgroup size
+layout(constant_id = 3) const uint HBS = 4;     // query heads per workgroup (sharing the kv head's rows)
+layout(constant_id = 4) const uint KUS = 4;     // keys per team loaded before use
+layout(constant_id = 5) const uint SLOTS = 8;   // >= subgroups per workgroup (shared memory of the merge)
+// 1: the grid is (kv head blocks, chunks), so workgroups launched together read neighbouring
+// heads of the same cache rows; 0: (chunks, kv head blocks)
+layout(constant_id = 6) const uint HEADS_FIRST = 0;
+const uint HD4 = HD / 4u;
+const uint NV = (HD4 + T - 1u) / T;             // vec4 columns per lane
+
+layout(std430, binding = 0) readonly buffer Query { vec4 q[]; };
+layout(std430, binding = 1) readonly buffer KeyCache { vec4 kc[]; };
+layout(std430, binding = 2) readonly buffer ValueCache { vec4 vc[]; };
+layout(std430, binding = 3) writeonly buffer Partials { float part[]; };
+
+layout(push_constant) uniform Push {
+    uint seq_len;
+    uint group;        // query heads per kv head
+    uint kv_stride;    // floats per cache row (n_kv_heads * HD)
+    uint n_chunks;
+    uint ml_off;       // index of the first (m, l) pair in part
+    uint head_blocks;  // ceil(group / HBS)
+    uint chunk;        // keys per workgroup
+    float scale;       // 1 / sqrt(HD)
+} pc;
+
+shared vec4 so[SLOTS * HBS * HD4];
+shared float sm[SLOTS * HBS];
+shared float sl[SLOTS * HBS];
+
+void main() {
+    const uint WG = gl_WorkGroupSize.x;
+    uint lid = gl_LocalInvocationID.x;
+    uint sgl = gl_SubgroupInvocationID;
+    uint lane = sgl % T;
+    uint per_sg = gl_SubgroupSize / T;
+    uint team = gl_SubgroupID * per_sg + sgl / T;
+    uint n_teams = gl_NumSubgroups * per_sg;
+    uint c = HEADS_FIRST != 0u ? gl_WorkGroupID.y : gl_WorkGroupID.x;
+    uint block = HEADS_FIRST != 0u ? gl_WorkGroupID.x : gl_WorkGroupID.y;
+    uint kvh = block / pc.head_blocks;
+    uint j0 = (block % pc.head_blocks) * HBS;
+    uint nh = min(HBS, pc.group - j0);
+    uint h0 = kvh * pc.group + j0;
+    uint begin = c * pc.chunk;
+    uint n_keys = min(pc.chunk, pc.seq_len - begin);
+    uint stride4 = pc.kv_stride / 4u;
+    uint row0 = begin * stride4 + kvh * HD4;
+
+    vec4 qr[HBS * NV];
+    vec4 o[HBS * NV];
+    float m[HBS], l[HBS];
+    for (uint j = 0u; j < HBS; ++j) {
+        for (uint i = 0u; i < NV; ++i) {
+            uint d4 = lane + i * T;
+            qr[j * NV + i] = (j < nh && d4 < HD4) ? q[(h0 + j) * HD4 + d4] : vec4(0.0);
+            o[j * NV + i] = vec4(0.0);
+        }
+        m[j] = EMPTY_MAX;
+        l[j] = 0.0;
+    }
+
+    // every lane of a team runs the same iterations, so the shuffles below (within the team) see
+    // only active lanes
+    for (uint i0 = team; i0 < n_keys; i0 += KUS * n_teams) {
+        vec4 kr[KUS * NV], vr[KUS * NV];
+        for (uint u = 0u; u < KUS; ++u) {
+            uint key = i0 + u * n_teams;
+            for (uint i = 0u; i < NV; ++i) {
+                uint d4 = lane + i * T;
+                bool live = key < n_keys && d4 < HD4;
+                uint a = row0 + key * stride4 + d4;
+                kr[u * NV + i] = live ? kc[a] : vec4(0.0);
+                vr[u * NV + i] = live ? vc[a] : vec4(0.0);
+            }
+        }
+        float s[KUS * HBS];
+        for (uint u = 0u; u < KUS; ++u) {
+            for (uint j = 0u; j < HBS; ++j) {
+                float acc = 0.0;
+                for (uint i = 0u; i < NV; ++i) {
+                    acc += dot(qr[j * NV + i], kr[u * NV + i]);
+                }
+                s[u * HBS + j] = acc;
+            }
+        }
+        for (uint off = T / 2u; off > 0u; off >>= 1u) {
+            for (uint x = 0u; x < KUS * HBS; ++x) {
+                s[x] += subgroupShuffleXor(s[x], off);
+            }
+        }
+        for (uint j = 0u; j < HBS; ++j) {
+            float mx = m[j];
+            for (uint u = 0u; u < KUS; ++u) {
+                s[u * HBS + j] *= pc.scale;
+                if (i0 + u * n_teams < n_keys) {
+                    mx = max(mx, s[u * HBS + j]);
+                }
+            }
+            float alpha = exp(m[j] - mx);
+            m[j] = mx;
+            l[j] *= alpha;
+            for (uint i = 0u; i < NV; ++i) {
+                o[j * NV + i] *= alpha;
+            }
+            for (uint u = 0u; u < KUS; ++u) {
+                // beyond the chunk: p = 0 (v is 0 there too)
+                float p = i0 + u * n_teams < n_keys ? exp(s[u * HBS + j] - mx) : 0.0;
+                l[j] += p;
+                for (uint i = 0u; i < NV; ++i) {
+                    o[j * NV + i] = fma(vec4(p), vr[u * NV + i], o[j * NV + i]);
+                }
+            }
+        }
+    }
+
+    // merge the teams of a subgroup (lanes with the same column, T apart); an empty team has
+    // m = EMPTY_MAX, l = 0, o = 0 and weighs exp(EMPTY_MAX - max) = 0 against any real one
+    for (uint off = T; off < gl_SubgroupSize; off <<= 1u) {
+        for (uint j = 0u; j < HBS; ++j) {
+            float mo = subgroupShuffleXor(m[j], off);
+            float lo = subgroupShuffleXor(l[j], off);
+            float mx = max(m[j], mo);
+            float a = exp(m[j] - mx), b = exp(mo - mx);
+            l[j] = l[j] * a + lo * b;
+            for (uint i = 0u; i < NV; ++i) {
+                vec4 oo = subgroupShuffleXor(o[j * NV + i], off);
+                o[j * NV + i] = o[j * NV + i] * a + oo * b;
+            }
+            m[j] = mx;
+        }
+    }
+    uint sg = gl_SubgroupID;
+    if (sgl < T) {
+        for (uint j = 0u; j < HBS; ++j) {
+            for (uint i = 0u; i < NV; ++i) {
+                uint d4 = lane + i * T;
+                if (d4 < HD4) {
+                    so[(sg * HBS + j) * HD4 + d4] = o[j * NV + i];
+                }
+            }
+            if (lane == 0u) {
+                sm[sg * HBS + j] = m[j];
+                sl[sg * HBS + j] = l[j];
+            }
+        }
+    }
+    barrier();
+
+    // merge the subgroups: one (head, vec4 column) per invocation
+    uint n_sg = gl_NumSubgroups;
+    for (uint x = lid; x < HBS * HD4; x += WG) {
+        uint j = x / HD4, d4 = x - j * HD4;
+        if (j >= nh) {
+            continue;
+        }
+        float mx = EMPTY_MAX;
+        for (uint g = 0u; g < n_sg; ++g) {
+            mx = max(mx, sm[g * HBS + j]);
+        }
+        vec4 acc = vec4(0.0);
+        float lsum = 0.0;
+        for (uint g = 0u; g < n_sg; ++g) {
+            float w = exp(sm[g * HBS + j] - mx);
+            acc = fma(vec4(w), so[(g * HBS + j) * HD4 + d4], acc);
+            lsum = fma(sl[g * HBS + j], w, lsum);
+        }
+        uint base = ((h0 + j) * pc.n_chunks + c) * HD + 4u * d4;
+        part[base] = acc.x;
+        part[base + 1u] = acc.y;
+        part[base + 2u] = acc.z;
+        part[base + 3u] = acc.w;
+        if (d4 == 0u) {
+            uint pair = pc.ml_off + 2u * ((h0 + j) * pc.n_chunks + c);
+            part[pair] = mx;
+            part[pair + 1u] = lsum;
         }
     }
 }

@@ -1,7 +1,8 @@
 """The fused decode attention op (``attention``, shaders/attention.comp): results against a
 float64 reference for the edge shapes (seq_len 1, seq_len not a multiple of the chunk, head_dim
-32..256, grouped-query ratios that do not fill a block of heads, large scores), both partial-pass
-variants (subgroup teams, one invocation per key row) and forced small chunks; NaN propagation,
+32..256, grouped-query ratios that do not fill a block of heads, large scores), every partial pass
+(the streaming pass with the device's and with forced small knobs, the split pass with subgroup
+teams and with one invocation per key row) and forced small chunks; NaN propagation,
 argument refusals before any GPU work, its dispatch count, guard bytes after out; its
 KernelPolicy choice (no device); the NumPy reference; the case declaration.
 
@@ -82,20 +83,34 @@ SHAPES = [
 ]
 
 
-@pytest.fixture(scope="module", params=["subgroup", "tree", "chunk16"])
+#: a streaming pass with every knob away from the device's choice: 4 lanes per row (several vec4
+#: columns each, teams merged by shuffles), 3 keys per batch (partial batches), one subgroup per
+#: workgroup (wg: the subgroup size), the grid over heads first, 8 columns per combine workgroup
+STREAM_SMALL = {"kernel": "stream", "lanes": 4, "unroll": 3, "heads_first": True, "combine_cols": 8}
+
+
+@pytest.fixture(scope="module", params=["subgroup", "tree", "chunk16", "split", "stream_small"])
 def backend(request):
-    """VulkanBackend with the subgroup partial pass, with one invocation per key row, and with the
-    default pass forced to chunks of 16 keys (many chunks, a partial last one)."""
+    """VulkanBackend with the device's choice (the streaming pass where it has subgroup shuffles),
+    the split pass with one invocation per key row, the device's choice forced to chunks of 16
+    keys (many chunks, a partial last one), the split pass with subgroup teams, and the streaming
+    pass with the STREAM_SMALL knobs."""
     if NO_DEVICE is not None:
         pytest.skip(NO_DEVICE)
     from kbench.backend import VulkanBackend
 
-    opts = {"subgroup": {}, "tree": {"use_subgroups": False}, "chunk16": {"attention_chunk": 16}}[request.param]
+    opts = {"subgroup": {}, "tree": {"use_subgroups": False}, "chunk16": {"attention_chunk": 16},
+            "split": {"attention": {"kernel": "split"}}, "stream_small": {}}[request.param]
     be = VulkanBackend(**opts)
     be.pass_kind = request.param
-    if request.param == "subgroup" and not be.kernel_policy()["subgroups"]:
+    if request.param in ("subgroup", "split") and not be.kernel_policy()["subgroups"]:
         be.close()
-        pytest.skip("this device has no subgroup arithmetic: the subgroup pass is never chosen here")
+        pytest.skip("this device has no subgroup arithmetic: the subgroup passes are never chosen here")
+    if request.param == "stream_small":
+        if not be.device_properties["features"].get("subgroup_shuffle") or be.device_properties["subgroup_size"] < 8:
+            be.close()
+            pytest.skip("this device has no subgroup shuffles (or subgroups of < 8): no streaming pass")
+        be._policy.configure_attention(STREAM_SMALL, wg=be.device_properties["subgroup_size"])  # noqa: SLF001
     yield be
     messages = be.manager.validation_messages()
     be.close()
@@ -280,6 +295,57 @@ def test_policy_spreads_the_bench_shape_over_about_a_thousand_workgroups():
     assert plan.scratch_floats == 32 * 128 * 130 and plan.ml_off == 32 * 128 * 128
 
 
+SHUFFLES = {"subgroup_basic": True, "subgroup_arithmetic": True, "subgroup_shuffle": True}
+
+
+def test_policy_streams_where_the_device_has_subgroup_shuffles():
+    pol = KernelPolicy(_props(features=SHUFFLES))
+    plan = pol.attention(128, 8192, 32, 8)
+    assert plan.stream and plan.partial.spv == "attention.partial.stream.spv"
+    # (invocations, head_dim, lanes per row, heads per workgroup, keys per batch, subgroups, heads first)
+    assert plan.partial.spec == (256, 128, 32, 4, 8, 8, 0)
+    assert (plan.chunk, plan.n_chunks, plan.partial_grid) == (64, 128, (128, 8, 1))
+    assert plan.scratch_floats == 32 * 128 * 130 and plan.ml_off == 32 * 128 * 128
+    push = plan.partial_push(8192, 4, 1024, 0.5)
+    assert push.dtype.names[-2:] == ("chunk", "scale") and push["chunk"][0] == 64
+    long = pol.attention(128, 32768, 32, 8)
+    assert (long.chunk, long.n_chunks) == (256, 128)
+    assert pol.attention(128, 5, 32, 8).chunk == 8  # one key per team: no empty teams where avoidable
+    # head_dim 40: 10 vec4 columns, 8 lanes (2 columns each, the second for 2 of them)
+    assert pol.attention(40, 100, 6, 2).partial.spec[2:4] == (8, 3)  # group 3: one block of 3 heads
+    six = pol.attention(128, 100, 12, 2)  # group 6: two blocks of 3, not 4 + 2
+    assert six.head_blocks == 2 and six.partial.spec[3] == 3
+    assert pol.attention(42, 100, 4, 2).partial.spv == "attention.partial.sg.spv"  # rows not 16-byte aligned
+    assert not KernelPolicy(_props()).attention(128, 8192, 32, 8).stream  # no shuffles: the split pass
+
+
+def test_policy_streaming_pass_fits_shared_memory_and_takes_the_knobs():
+    small = KernelPolicy(_props(features=SHUFFLES, max_shared_memory=8192))
+    plan = small.attention(128, 8192, 32, 8)  # 8 subgroups' o, m, l would need 16640 bytes
+    assert plan.stream and plan.partial.spec[0] == 64
+    assert KernelPolicy.attention_stream_shared_bytes(64, 32, 4, 128) <= 8192
+    pol = KernelPolicy(_props(features=SHUFFLES))
+    pol.configure_attention(lanes=8, unroll=2, wg=128, groups=512, heads_first=True, combine_cols=8)
+    plan = pol.attention(128, 8192, 32, 8)
+    assert plan.partial.spec == (128, 128, 8, 4, 2, 4, 1)
+    assert (plan.chunk, plan.partial_grid) == (128, (8, 64, 1)) and plan.combine.spec == (256, 128, 8)
+    pol.configure_attention(kernel="split")
+    assert pol.attention(128, 8192, 32, 8).partial.spv == "attention.partial.sg.spv"
+    for bad, match in (({"colour": 1}, "unknown keys"), ({"kernel": "fast"}, "must be auto, stream or split"),
+                       ({"lanes": 12}, "lanes must be a power of two"), ({"lanes": 64}, "exceed the subgroup size"),
+                       ({"unroll": 0}, "unroll must be a positive int"), ({"heads_first": 1}, "True or False")):
+        with pytest.raises(ValueError, match=match):
+            pol.configure_attention(bad)
+    with pytest.raises(ValueError, match="needs subgroup arithmetic and shuffles"):
+        KernelPolicy(_props()).configure_attention(kernel="stream")
+    tiny = KernelPolicy(_props(features=SHUFFLES, max_shared_memory=4096))
+    tiny.configure_attention(kernel="stream")
+    with pytest.raises(ValueError, match="streaming pass's shared memory for head_dim=256"):
+        tiny.attention(256, 100, 8, 2)  # one subgroup's o, m, l of 4 heads: 4128 bytes
+    with pytest.raises(ValueError, match="needs head_dim % 4 == 0"):
+        tiny.attention(42, 100, 8, 2)
+
+
 def test_policy_takes_the_tree_pass_without_subgroups_and_fits_shared_memory():
     pol = KernelPolicy(_props(features={}))
     assert pol.attention(128, 8192, 32, 8).partial.spv == "attention.partial.tree.spv"
@@ -307,3 +373,22 @@ def test_attention_fused_case_declaration():
     assert case.bytes_moved(p) == 4 * (2 * 8192 * 8 * 128 + 2 * 32 * 128)
     assert case.tolerance_for(p) == NMSE_FUSED
     assert get_case("attention").ops == ("attn_score", "softmax", "attn_value"), "the chain case stays"
+
+
+# -- the probe ----------------------------------------------------------------------------------------
+
+@needs_device
+def test_the_attention_probe_measures_every_pass_against_float64(tmp_path, capsys):
+    """`kbench probe attention --small`: each pass the device can run, timed, with its NMSE."""
+    import json
+
+    from kbench.cli import main
+
+    path = tmp_path / "attention.json"
+    assert main(["probe", "attention", "--small", "--no-torch", "--json", str(path)]) == 0
+    rows = json.loads(path.read_text())["rows"]
+    assert rows, f"the probe measured nothing:\n{capsys.readouterr().out}"
+    assert {"tree"} <= {r["kernel"] for r in rows}, "the split pass without subgroups runs on every device"
+    for r in rows:
+        assert r["nmse"] < NMSE_FUSED, f"{r['variant']} at {r['shape']}: NMSE {r['nmse']:.2e}"
+        assert r["us"] is None or r["us"] > 0

@@ -9,6 +9,7 @@ member by member.  Nothing here touches a device.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -37,6 +38,8 @@ PUSH_ATTN_VALUE = _push(("head_dim", "u"), ("seq_len", "u"), ("kv_off", "u"), ("
 PUSH_ATTN_COMBINE = _push(("head_dim", "u"), ("n_chunks", "u"), ("out_off", "u"))
 PUSH_ATTENTION = _push(("seq_len", "u"), ("group", "u"), ("kv_stride", "u"), ("n_chunks", "u"), ("ml_off", "u"),
                        ("head_blocks", "u"), ("scale", "f"))
+PUSH_ATTENTION_STREAM = _push(("seq_len", "u"), ("group", "u"), ("kv_stride", "u"), ("n_chunks", "u"),
+                              ("ml_off", "u"), ("head_blocks", "u"), ("chunk", "u"), ("scale", "f"))
 PUSH_ATTENTION_COMBINE = _push(("n_chunks", "u"), ("ml_off", "u"))
 PUSH_QMATVEC = _push(("n_rows", "u"), ("n_cols", "u"), ("row_bytes", "u"))
 PUSH_QMATVEC_XQ = _push(("n_cols", "u"))
@@ -186,6 +189,14 @@ class AttentionPlan:
     #: floats of scratch: n_heads * n_chunks * (head_dim + 2); the (max, sum) pairs start at ml_off
     scratch_floats: int
     ml_off: int
+    #: the partial pass is attention.partial.stream (chunk in the push constants), else .sg/.tree
+    stream: bool = False
+
+    def partial_push(self, seq_len: int, group: int, kv_stride: int, scale: float) -> np.ndarray:
+        """The partial pass's push constants (kv_stride: floats per cache row)."""
+        head = (seq_len, group, kv_stride, self.n_chunks, self.ml_off, self.head_blocks)
+        extra = (self.chunk,) if self.stream else ()
+        return self.partial.push_record(*head, *extra, np.float32(scale))
 
 
 @dataclass(frozen=True)
@@ -518,15 +529,142 @@ class KernelPolicy:
         """Shared memory of the partial pass: scores[HB*chunk], q[HB*head_dim], red[HB*wg]."""
         return 4 * self.ATTENTION_HEADS * (chunk + head_dim + self.wg)
 
+    #: knobs of the streaming partial pass (see :meth:`configure_attention`); empty: the device-based choice
+    attention_config: Mapping[str, Any] = {}
+    #: lanes per key row of the streaming pass (at most the subgroup size and head_dim / 4)
+    ATTENTION_STREAM_LANES = 32
+    #: vec4 loads of K (and as many of V) each lane issues before using them
+    ATTENTION_STREAM_LOADS = 8
+    #: the streaming pass's chunk aims at this many workgroups (of ATTENTION_STREAM_WG invocations)
+    ATTENTION_STREAM_TARGET_GROUPS = 1024
+    ATTENTION_STREAM_WG = 256
+    ATTENTION_STREAM_HEADS_FIRST = False
+
+    def configure_attention(self, config: Mapping[str, Any] | None = None, **knobs: Any) -> None:
+        """Override the fused attention's kernel choice (for probes and tests).  Keys: ``kernel``
+        "auto" (default: "stream" where the device has subgroup shuffles and head_dim % 4 == 0),
+        "stream" or "split" (the partial.sg / partial.tree passes); for the streaming pass ``lanes``
+        (lanes per key row, a power of two <= the subgroup size), ``unroll`` (keys each team loads
+        before using them), ``wg`` (invocations per workgroup, a power of two), ``groups`` (the
+        workgroup count the chunk aims at), ``heads_first`` (bool: the grid's x runs over the kv
+        head blocks, so workgroups launched together read whole cache rows); for both passes
+        ``combine_cols`` (columns per combine workgroup, a power of two)."""
+        cfg = dict(config or {}, **knobs)
+        unknown = set(cfg) - {"kernel", "lanes", "unroll", "wg", "groups", "heads_first", "combine_cols"}
+        if unknown:
+            raise ValueError(f"attention config: unknown keys {sorted(unknown)}")
+        if cfg.get("kernel", "auto") not in ("auto", "stream", "split"):
+            raise ValueError(f"attention config: kernel must be auto, stream or split, got {cfg['kernel']!r}")
+        if cfg.get("heads_first") is not None and not isinstance(cfg["heads_first"], bool):
+            raise ValueError(f"attention config: heads_first must be True or False, got {cfg['heads_first']!r}")
+        for key in ("lanes", "unroll", "wg", "groups", "combine_cols"):
+            v = cfg.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"attention config: {key} must be a positive int, got {v!r}")
+        for key in ("lanes", "wg", "combine_cols"):
+            v = cfg.get(key)
+            if v is not None and v & (v - 1):
+                raise ValueError(f"attention config: {key} must be a power of two, got {v}")
+        if cfg.get("lanes") is not None and cfg["lanes"] > self.subgroup_size:
+            raise ValueError(f"attention config: lanes={cfg['lanes']} exceed the subgroup size {self.subgroup_size}")
+        if cfg.get("kernel") == "stream" and self._attention_stream_missing(4):
+            raise ValueError(f"attention config: kernel='stream' {self._attention_stream_missing(4)}")
+        self.attention_config = cfg
+        self.attention.cache_clear()
+
+    def _attention_stream_missing(self, head_dim: int) -> str:
+        """Why the streaming pass cannot run head_dim here ('' when it can)."""
+        feats = self.props.get("features", {})
+        if not (self.use_subgroups and feats.get("subgroup_shuffle")):
+            return "needs subgroup arithmetic and shuffles"
+        if head_dim % 4:
+            return f"needs head_dim % 4 == 0 (16-byte rows), got {head_dim}"
+        return ""
+
+    @staticmethod
+    def attention_stream_shared_bytes(wg: int, subgroup: int, heads: int, head_dim: int) -> int:
+        """Shared memory of the streaming pass: o[d], m and l per subgroup and head."""
+        return (wg // subgroup) * heads * (4 * head_dim + 8)
+
+    def _attention_stream(self, head_dim: int, seq_len: int, n_heads: int, n_kv_heads: int,
+                          chunk: int | None) -> AttentionPlan | None:
+        """The streaming pass's plan, or None where it does not fit (then the split passes run)."""
+        cfg = self.attention_config
+        group = n_heads // n_kv_heads
+        head_blocks = _ceil_div(group, self.ATTENTION_HEADS)
+        hb = _ceil_div(group, head_blocks)  # the heads spread evenly over the blocks
+        blocks = n_kv_heads * head_blocks
+        sg = self.subgroup_size
+        hd4 = head_dim // 4
+        lanes = cfg.get("lanes") or min(self.ATTENTION_STREAM_LANES, sg, _pow2_floor(hd4))
+        nv = _ceil_div(hd4, lanes)
+        unroll = cfg.get("unroll") or max(1, self.ATTENTION_STREAM_LOADS // nv)
+        limit = _pow2_floor(min(self.max_invocations, self.max_size[0]))
+        wg = min(cfg.get("wg") or self.ATTENTION_STREAM_WG, limit)
+        while wg > sg and self.attention_stream_shared_bytes(wg, sg, hb, head_dim) > self.max_shared:
+            wg //= 2
+        if wg < sg or self.attention_stream_shared_bytes(wg, sg, hb, head_dim) > self.max_shared:
+            return None
+        min_chunk = _ceil_div(seq_len, self.max_count[0])
+        if chunk is None:
+            # about `groups` workgroups in all, the same number of keys for every team
+            groups = cfg.get("groups") or self.ATTENTION_STREAM_TARGET_GROUPS
+            teams = wg // lanes
+            chunk = _ceil_div(_ceil_div(seq_len * blocks, groups), teams) * teams
+            chunk = max(chunk, min_chunk)
+        if chunk < min_chunk:
+            raise ValueError(f"attention: a chunk of {chunk} keys makes more than {self.max_count[0]} chunks of "
+                             f"{seq_len} keys (the device's grid limit)")
+        if blocks > self.max_count[1] or n_heads > self.max_count[1]:
+            raise ValueError(f"attention: {n_heads} heads ({blocks} kv head blocks) exceed the device's grid "
+                             f"limit {self.max_count[1]} in y")
+        n_chunks = _ceil_div(seq_len, chunk)
+        heads_first = bool(cfg.get("heads_first", self.ATTENTION_STREAM_HEADS_FIRST))
+        if heads_first and (n_chunks > self.max_count[1] or blocks > self.max_count[0]):
+            heads_first = False  # the chunks fit the grid's x only
+        partial = Kernel("attention.partial.stream.spv", (wg, head_dim, lanes, hb, unroll, wg // sg, int(heads_first)),
+                         PUSH_ATTENTION_STREAM)
+        plan = self._attention_plan(partial, head_dim, n_heads, chunk, n_chunks, head_blocks, blocks, True)
+        if heads_first:
+            plan = dataclasses.replace(plan, partial_grid=(blocks, n_chunks, 1))
+        return plan
+
+    def _attention_plan(self, partial: Kernel, head_dim: int, n_heads: int, chunk: int, n_chunks: int,
+                        head_blocks: int, blocks: int, stream: bool) -> AttentionPlan:
+        # the combine: COMBINE_COLUMNS columns of a head per workgroup, its other rows of
+        # invocations splitting the chunks (more workgroups, fewer chunks each, than a column each)
+        cx = min(self.wg, self.attention_config.get("combine_cols") or self.ATTENTION_COMBINE_COLUMNS,
+                 _pow2_ceil(head_dim))
+        combine = Kernel("attention.combine.spv", (self.wg, head_dim, cx), PUSH_ATTENTION_COMBINE)
+        ml_off = n_heads * n_chunks * head_dim
+        return AttentionPlan(partial, combine, chunk, n_chunks, head_blocks, (n_chunks, blocks, 1),
+                             (_ceil_div(head_dim, cx), n_heads, 1), ml_off + 2 * n_heads * n_chunks, ml_off,
+                             stream)
+
     def attention(self, head_dim: int, seq_len: int, n_heads: int, n_kv_heads: int,
                   chunk: int | None = None) -> AttentionPlan:
-        """The launch of the fused attention for these shapes.  Keys per workgroup (``chunk``,
+        """The launch of the fused attention for these shapes: the streaming partial pass
+        (:meth:`_attention_stream`) where the device has subgroup shuffles, head_dim % 4 == 0 and
+        its shared memory fits, else the split passes below.
+
+        The split passes (partial.sg / partial.tree).  Keys per workgroup (``chunk``,
         a power of two unless given): about ATTENTION_TARGET_GROUPS partial workgroups in all,
         within [ATTENTION_MIN_CHUNK, ATTENTION_MAX_CHUNK] (also for shorter sequences: the chunk is
         a specialization constant, so one pipeline serves them all) and what shared memory holds,
         and few enough chunks for the grid.  The partial pass teams a subgroup per key row where the
         device has subgroup arithmetic (one invocation per row otherwise).  ValueError when
         head_dim is too large for shared memory or the heads exceed the grid."""
+        kind = self.attention_config.get("kernel", "auto")
+        if kind == "stream" or (kind == "auto" and not self._attention_stream_missing(head_dim)):
+            why = self._attention_stream_missing(head_dim)
+            if why:
+                raise ValueError(f"attention: the streaming pass {why}")
+            plan = self._attention_stream(head_dim, seq_len, n_heads, n_kv_heads, chunk)
+            if plan is not None:
+                return plan
+            if kind == "stream":
+                raise ValueError(f"attention: the streaming pass's shared memory for head_dim={head_dim} exceeds "
+                                 f"the device's {self.max_shared} bytes")
         hb = self.ATTENTION_HEADS
         group = n_heads // n_kv_heads
         head_blocks = _ceil_div(group, hb)
@@ -555,13 +693,7 @@ class KernelPolicy:
         dx = min(self.wg, _pow2_ceil(head_dim))
         variant = "sg" if self.use_subgroups else "tree"
         partial = Kernel(f"attention.partial.{variant}.spv", (self.wg, chunk, head_dim, dx), PUSH_ATTENTION)
-        # the combine: COMBINE_COLUMNS columns of a head per workgroup, its other rows of
-        # invocations splitting the chunks (more workgroups, fewer chunks each, than a column each)
-        cx = min(self.wg, self.ATTENTION_COMBINE_COLUMNS, _pow2_ceil(head_dim))
-        combine = Kernel("attention.combine.spv", (self.wg, head_dim, cx), PUSH_ATTENTION_COMBINE)
-        ml_off = n_heads * n_chunks * head_dim
-        return AttentionPlan(partial, combine, chunk, n_chunks, head_blocks, (n_chunks, blocks, 1),
-                             (_ceil_div(head_dim, cx), n_heads, 1), ml_off + 2 * n_heads * n_chunks, ml_off)
+        return self._attention_plan(partial, head_dim, n_heads, chunk, n_chunks, head_blocks, blocks, False)
 
     # -- quantized matrix-vector -------------------------------------------------------------------
     #: knobs of :meth:`qmatvec` (see :meth:`configure_qmatvec`); empty = the device-based choice

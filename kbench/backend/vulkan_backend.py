@@ -118,7 +118,8 @@ class VulkanBackend(ComputeBackend):
     ``validation`` (Khronos validation layer), ``qmatvec`` (quantized_matmul kernel knobs, e.g.
     ``{"kernel": "fast", "lanes": 32, "rows": 4}``: see KernelPolicy.configure_qmatvec),
     ``attention_chunk`` (keys per workgroup of the fused :meth:`attention`; None: KernelPolicy.attention's
-    choice from the device's properties).
+    choice from the device's properties), ``attention`` (its kernel knobs, e.g. ``{"kernel": "split"}``
+    or ``{"lanes": 16, "unroll": 4}``: see KernelPolicy.configure_attention).
     """
 
     def __init__(self, device: int = 0, *, batch_ops: int = 64, ring_size: int = 3,
@@ -128,7 +129,8 @@ class VulkanBackend(ComputeBackend):
                  validation: bool | None = None,
                  matmul_f16_tile: tuple[int, ...] | None = None,
                  qmatvec: dict[str, Any] | None = None, attention_chunk: int | None = None,
-                 matmul_warp_n: int | None = None) -> None:
+                 matmul_warp_n: int | None = None,
+                 attention: dict[str, Any] | None = None) -> None:
         for name, value, lo in (("batch_ops", batch_ops, 1), ("ring_size", ring_size, 1),
                                 ("algorithm_cache_size", algorithm_cache_size, 16),
                                 ("single_group_limit", single_group_limit, 1)):
@@ -148,6 +150,8 @@ class VulkanBackend(ComputeBackend):
                                         matmul_warp_n=matmul_warp_n)
             if qmatvec:  # quantized_matmul kernel knobs: KernelPolicy.configure_qmatvec
                 self._policy.configure_qmatvec(qmatvec)
+            if attention:  # fused attention kernel knobs: KernelPolicy.configure_attention
+                self._policy.configure_attention(attention)
             self._batch_ops = batch_ops
             self._cache_size = algorithm_cache_size
             # every batch records GPU timestamps (one per op, a few ns of GPU time each) so that
@@ -380,10 +384,8 @@ class VulkanBackend(ComputeBackend):
                    head_dim: int, seq_len: int, n_heads: int, n_kv_heads: int) -> None:
         plan = self._policy.attention(head_dim, seq_len, n_heads, n_kv_heads, self._attention_chunk)
         scratch = self._scratch(4 * plan.scratch_floats, "attention")
-        part = plan.partial
-        push = part.push_record(seq_len, n_heads // n_kv_heads, n_kv_heads * head_dim, plan.n_chunks, plan.ml_off,
-                                plan.head_blocks, np.float32(1.0 / math.sqrt(head_dim)))
-        self._dispatch(part, (q.id, k_cache.id, v_cache.id, scratch), plan.partial_grid, push)
+        push = plan.partial_push(seq_len, n_heads // n_kv_heads, n_kv_heads * head_dim, 1.0 / math.sqrt(head_dim))
+        self._dispatch(plan.partial, (q.id, k_cache.id, v_cache.id, scratch), plan.partial_grid, push)
         comb = plan.combine
         self._dispatch(comb, (scratch, out.id), plan.combine_grid, comb.push_record(plan.n_chunks, plan.ml_off))
 

@@ -69,9 +69,10 @@ def _buffers(p: Params) -> dict[str, int]:
 
 
 def _footprint(p: Params) -> int:
-    # + the VulkanBackend's partials: per head and chunk (>= 64 keys) head_dim + 2 floats
+    # + the VulkanBackend's partials: per head and chunk head_dim + 2 floats; the split pass's
+    # chunks hold >= 64 keys, the streaming pass makes at most about 1024 of them
     hd, t, nh, _ = _dims(p)
-    return sum(_buffers(p).values()) + 4 * nh * (hd + 2) * -(-t // 64)
+    return sum(_buffers(p).values()) + 4 * nh * (hd + 2) * max(-(-t // 64), min(t, 1025))
 
 
 ATTENTION_FUSED = Case(
