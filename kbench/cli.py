@@ -14,11 +14,12 @@ import argparse
 import os
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
 from kbench.bench.implementations import main_kinds, peer_kinds
-from kbench.console import device_tables, make_progress
+from kbench.console import device_tables, make_progress, time_summary
 
 EXIT_OK, EXIT_FAILURES, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -183,7 +184,8 @@ def _run_options(args: argparse.Namespace, mode: str):
         expectation_files=[Path(p) for p in (args.expectations or [])],
         default_expectations=not args.no_default_expectations, max_bytes=args.max_bytes, seed=args.seed,
         peer=getattr(args, "peer", None), peaks=not getattr(args, "no_peaks", False), policy=policy,
-        kernels=args.kernels, source=args.source, ggml_bin=getattr(args, "ggml_bin", None))
+        kernels=args.kernels, source=args.source, ggml_bin=getattr(args, "ggml_bin", None),
+        sizes=getattr(args, "sizes", None) or "default")
 
 
 def cmd_run(args: argparse.Namespace, mode: str) -> int:
@@ -219,8 +221,9 @@ def _run_mode(args: argparse.Namespace, mode: str) -> int:
     except Exception as exc:  # noqa: BLE001 - no loader, no driver: say so instead of a traceback
         raise UsageError(f"cannot list the {args.backend} devices: {type(exc).__name__}: {exc}") from None
     runner.progress = make_progress(args.quiet, args.verbose, every_case=(mode == "bench")) or runner.progress
+    t0 = time.monotonic()
     result = runner.run()
-    print_summary(result, mode)
+    print_summary(result, mode, wall_s=time.monotonic() - t0)
     if result.interrupted:
         return EXIT_INTERRUPTED
     return EXIT_OK if result.summary.ok else EXIT_FAILURES
@@ -247,8 +250,9 @@ def _timer_checks(recs: list[dict[str, Any]]) -> list[str]:
     return timer_checks(recs)
 
 
-def print_summary(result: Any, mode: str, stream=None) -> None:
-    """Counts per status, notes, unexpected passes, new failures and where results went."""
+def print_summary(result: Any, mode: str, stream=None, wall_s: float | None = None) -> None:
+    """Counts per status, notes, unexpected passes, new failures, where the run's time went
+    (`wall_s`: the run's wall time) and where results went."""
     stream = stream or sys.stdout
     s = result.summary
     order = ("pass", "xfail", "unsupported", "fail", "error")
@@ -266,12 +270,15 @@ def print_summary(result: Any, mode: str, stream=None) -> None:
             print(f"    {line}", file=stream)
         if len(s.new_failures) > 20:
             print(f"    ... and {len(s.new_failures) - 20} more (see the results file)", file=stream)
+    recs = _written_records(result.files)
     if mode == "bench":
-        recs = _written_records(result.files)
         for title, table in device_tables(recs):
             print(f"\n{title}\n{table}\n", file=stream)
         for line in _timer_checks(recs):
             print(f"  timer check: {line}", file=stream)
+    spent = time_summary(recs, wall_s)
+    if spent:
+        print(spent, file=stream)
     for path in result.files:
         print(f"  results: {path}", file=stream)
     if result.interrupted:
@@ -425,6 +432,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-sample-ms", type=positive_float, metavar="MS",
                    help="aim for samples of at least MS milliseconds (default 20 on GPUs, 2 on CPU devices)")
     p.add_argument("--samples", type=int, metavar="N", help="samples per case (default 7 on GPUs, 3 on CPU devices)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--quick", dest="sizes", action="store_const", const="quick",
+                       help="the headline cases only, one size each (the largest of the headline size and "
+                            "those below it that fits the device): about a minute on a GPU")
+    which.add_argument("--full", dest="sizes", action="store_const", const="full",
+                       help="every declared size, also the largest (256M-element ops, 1 GiB copies, every "
+                            "weight type at model shapes) that the default set leaves out")
 
     p = sub.add_parser("peaks", help="measure each device's peaks: copy bandwidth, FMA, matrix and int8-dot "
                                      "rates, dispatch latency, transfers (the denominators of % of peak)")

@@ -4,9 +4,10 @@
   measured peak, and the ratio to kbench where a peer ran the case; validate: the failures, or
   every case with --verbose), as ggml's `test-backend-ops perf` prints them;
 - one line per measured peak, as vkpeak prints them;
-- in a terminal, a live bar (done/total, elapsed, time remaining) under those lines; in a log, the
-  lines alone;
-- after a bench run, a compact table per device (`device_tables`).
+- in a terminal, a live bar (the part of the run, done/total, elapsed, time remaining, the case
+  running) under those lines; in a log, a line per finished case with done/total and the time left;
+- after a bench run, a compact table per device (`device_tables`);
+- after a run, where its time went (`time_summary`): per phase of the cases and the slowest cases.
 
 Progress objects implement kbench.bench.runner.Progress (begin/advance/note/end).
 """
@@ -153,24 +154,56 @@ class _Lines:
         return case_line(rec, ratio) if wanted else None
 
 
-class TextProgress(_Lines):
-    """Progress for logs (no terminal): a line per device and configuration, then a line per case."""
+def format_duration(seconds: float) -> str:
+    """``42 s``, ``3 min 05 s``, ``1 h 02 min``."""
+    seconds = max(0.0, float(seconds))
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes, sec = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes} min {sec:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
 
-    def __init__(self, stream=None, verbose: bool = False, every_case: bool = True):
+
+def time_left(elapsed_s: float, done: int, total: int) -> float | None:
+    """Seconds left at the mean pace so far (None before the first result)."""
+    if done <= 0:
+        return None
+    return elapsed_s / done * max(0, total - done)
+
+
+class TextProgress(_Lines):
+    """Progress for logs (no terminal): a line per device and configuration, then a line per case
+    with done/total and the estimated time left of that part of the run."""
+
+    def __init__(self, stream=None, verbose: bool = False, every_case: bool = True, clock=None):
+        import time
+
         super().__init__(verbose, every_case)
         self.stream = stream or sys.stderr
         self.total = self.done = 0
+        self.clock = clock or time.monotonic
+        self.started = self.clock()
 
     def begin(self, total: int, label: str) -> None:
         self.total, self.done = total, 0
+        self.started = self.clock()
         self.begin_device(label)
         print(f"kbench: {label}: {total} case(s)", file=self.stream, flush=True)
+
+    def start(self, case_id: str) -> None:
+        pass  # a line per finished case is the log's progress
 
     def advance(self, record: dict[str, Any]) -> None:
         self.done += 1
         line = self.line_for(record)
+        if line is None and self.every_case:  # a passing validate case: its status and id
+            line = case_line(record)
         if line is not None:
-            print(f"  [{self.done}/{self.total}] {line}", file=self.stream, flush=True)
+            left = time_left(self.clock() - self.started, self.done, self.total)
+            eta = f"  ({format_duration(left)} left)" if left is not None and self.done < self.total else ""
+            print(f"  [{self.done}/{self.total}] {line}{eta}", file=self.stream, flush=True)
 
     def note(self, text: str) -> None:
         print(f"kbench: {text}", file=self.stream, flush=True)
@@ -204,6 +237,12 @@ class RichProgress(_Lines):
         self.begin_device(label)
         self.task = self.bar.add_task(escape(label), total=total, last="")
 
+    def start(self, case_id: str) -> None:
+        from rich.markup import escape
+
+        if self.task is not None:
+            self.bar.update(self.task, last=escape(f"running {case_id}"[:60]))
+
     def advance(self, record: dict[str, Any]) -> None:
         from rich.markup import escape
 
@@ -229,8 +268,9 @@ class RichProgress(_Lines):
 
 
 def make_progress(quiet: bool, verbose: bool, every_case: bool = False):
-    """None with --quiet; a rich bar on a terminal; plain lines otherwise. ``every_case``: a line
-    per finished case (bench), not only per failure."""
+    """None with --quiet; a rich bar on a terminal (``every_case``: a line per finished case above
+    it, not only per failure); otherwise plain lines, one per finished case with done/total and
+    the time left (a log has no bar)."""
     if quiet:
         return None
     if sys.stderr.isatty():
@@ -238,7 +278,7 @@ def make_progress(quiet: bool, verbose: bool, every_case: bool = False):
             return RichProgress(verbose, every_case)
         except ImportError:
             pass
-    return TextProgress(verbose=verbose, every_case=every_case)
+    return TextProgress(verbose=verbose, every_case=True)
 
 
 # ---------------------------------------------------------------------------- end-of-run tables
@@ -301,3 +341,42 @@ def device_tables(records: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]
         title = device if who == "kbench" else f"{device} ({who})"
         out.append((title, tabulate(rows, headers=headers, disable_numparse=True)))
     return out
+
+
+# ----------------------------------------------------------------------- where the time went
+
+def time_summary(records: Iterable[Mapping[str, Any]], run_wall_s: float | None = None, top: int = 8) -> str:
+    """Where a run's time went, from its records' ``wall_s`` and ``phases_s`` (phases named by
+    kbench.results.records.PHASES): the total per phase, largest first, with the part of the
+    cases' time no phase holds as "other"; the run's wall time when given (the rest is worker
+    start, device open, writing); and the `top` slowest cases with their largest phases."""
+    timed = [r for r in records if isinstance(r.get("wall_s"), (int, float))]
+    if not timed:
+        return ""
+    in_cases = sum(float(r["wall_s"]) for r in timed)
+    per_phase: dict[str, float] = defaultdict(float)
+    for r in timed:
+        for name, sec in (r.get("phases_s") or {}).items():
+            per_phase[name] += float(sec)
+    rest = in_cases - sum(per_phase.values())
+    lines = [f"where the time went: {len(timed)} result(s), {format_duration(in_cases)} in cases"
+             + (f" of {format_duration(run_wall_s)} (the rest: worker start, device open, writing)"
+                if run_wall_s else "")]
+    names = [n for n in per_phase if per_phase[n] > 0]
+    if rest > 0.001 * in_cases:
+        per_phase["other"] = rest
+        names.append("other")
+    parts = [f"{n} {per_phase[n]:.1f} s ({100 * per_phase[n] / in_cases:.0f}%)"
+             for n in sorted(names, key=lambda n: -per_phase[n])] if in_cases > 0 else []
+    if parts:
+        lines.append("  by phase: " + ", ".join(parts))
+    lines.append("  slowest:")
+    for r in sorted(timed, key=lambda r: -float(r["wall_s"]))[:top]:
+        name = str(r.get("case_id") or r.get("peak"))
+        where = ", ".join(str(v) for v in (r.get("implementation") or r.get("backend"), r.get("mode"),
+                                            r.get("queue_config")) if v)
+        phases = sorted((r.get("phases_s") or {}).items(), key=lambda kv: -kv[1])[:4]
+        split = ", ".join(f"{k} {v:.2f}" for k, v in phases if v >= 0.005)
+        lines.append(f"    {float(r['wall_s']):7.2f} s  {name}" + (f" ({where})" if where else "")
+                     + (f"  {split}" if split else ""))
+    return "\n".join(lines)

@@ -96,6 +96,42 @@ class SmClock:
         now = self.mhz()
         return now is None or not self.max_mhz or now >= fraction * self.max_mhz
 
+    def ready_check(self) -> "ClockReady":
+        """A fresh "is the clock up" test for one measurement (see ClockReady)."""
+        return ClockReady(self.mhz, self.max_mhz)
+
+
+class ClockReady:
+    """Whether the SM clock is where sustained work leaves it: boosted (at least ``boosted`` of
+    the maximum), or held at a plateau of at least ``plateau`` of the maximum for ``hold_s``.
+
+    The plateau is the power limit: on the H200 fp16 tensor-core matmuls run at 1470-1575 of
+    1980 MHz however long they run, and waiting for a boost that never comes cost up to
+    settle_max_s (10 s) per warm-up loop. A low plateau is not accepted: from idle (345 MHz)
+    the clock climbs in steps held for seconds (345, 435, ... 1965 MHz)."""
+
+    def __init__(self, read, max_mhz: float | None, *, boosted: float = 0.9, plateau: float = 0.6,
+                 hold_s: float = 0.25, tol: float = 0.02, now=None) -> None:
+        import time
+
+        self._read, self.max_mhz = read, max_mhz
+        self.boosted, self.plateau, self.hold_s, self.tol = boosted, plateau, hold_s, tol
+        self._now = now or time.perf_counter
+        self._level: float | None = None
+        self._since = 0.0
+
+    def __call__(self) -> bool:
+        mhz = self._read()
+        if mhz is None or not self.max_mhz:
+            return True
+        if mhz >= self.boosted * self.max_mhz:
+            return True
+        t = self._now()
+        if self._level is None or abs(mhz - self._level) > self.tol * self._level:
+            self._level, self._since = mhz, t  # a new level: the hold starts again
+            return False
+        return mhz >= self.plateau * self.max_mhz and t - self._since >= self.hold_s
+
 
 class ClockKeeper:
     """Keeps a GPU out of its idle clocks while the host prepares the next measurement.

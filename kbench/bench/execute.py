@@ -6,6 +6,7 @@ the pytest suites and the CLI all call `run_instance`.
 
 from __future__ import annotations
 
+import time
 import traceback
 import zlib
 from contextlib import contextmanager
@@ -15,11 +16,11 @@ import numpy as np
 
 from kbench.cases.base import CaseFailure, Instance
 from kbench.cases.compare import Verdict, judge_exact, judge_nmse
-from kbench.results.records import case_record
+from kbench.results.records import case_record, phase_fields
 
 from .clocks import read_clocks
 from .targets import Lane, Target
-from .timing import CPU_POLICY, GPU_POLICY, TimingPolicy, host_samples, stats, throughput
+from .timing import CPU_POLICY, GPU_POLICY, Phases, TimingPolicy, host_samples, stats, throughput
 
 #: kbench feature keys -> the Vulkan feature a user would look for
 VULKAN_FEATURE_NAMES = {
@@ -70,13 +71,20 @@ def unsupported_reason(inst: Instance, target: Target, max_bytes: int | None = N
     if missing:
         names = ", ".join(f"{VULKAN_FEATURE_NAMES.get(f, f)} ({f})" for f in missing)
         return f"missing device feature: {names}"
+    return size_reason(inst, target.props, max_bytes, len(target.lanes))
+
+
+def size_reason(inst: Instance, props: dict[str, Any], max_bytes: int | None = None, lanes: int = 1) -> str:
+    """Why `inst` is too big for the device `props` describe (a buffer over its
+    maxStorageBufferRange, more memory than it has, over `max_bytes`), or "" when it fits."""
+    case = inst.case
     largest = int(case.largest_buffer(inst.params))
-    limit = target.props.get("max_storage_buffer_range")
+    limit = props.get("max_storage_buffer_range")
     if largest and limit and largest > int(limit):
         return (f"needs a {_fmt_bytes(largest)} buffer; the device's maxStorageBufferRange is "
                 f"{_fmt_bytes(int(limit))}")
-    need = int(case.footprint(inst.params)) * len(target.lanes)
-    memory = device_memory_bytes(target.props)
+    need = int(case.footprint(inst.params)) * lanes
+    memory = device_memory_bytes(props)
     # leave a quarter of the memory to the driver, staging and other allocations
     if need and memory and need > 0.75 * memory:
         return f"needs {_fmt_bytes(need)} of device memory; the device has {_fmt_bytes(memory)}"
@@ -154,7 +162,18 @@ def run_instance(inst: Instance, target: Target, mode: str = "validate", *, seed
     """
     if mode not in ("validate", "bench"):
         raise ValueError(f"mode must be 'validate' or 'bench', got {mode!r}")
+    t0 = time.perf_counter()
+    phases = Phases()
     rec = base_record(inst, target, mode)
+    try:
+        return _run_instance(inst, target, mode, rec, phases, seed, policy, max_bytes, samples)
+    finally:
+        rec.update(phase_fields(time.perf_counter() - t0, phases.seconds))
+
+
+def _run_instance(inst: Instance, target: Target, mode: str, rec: dict[str, Any], phases: Phases, seed: int,
+                  policy: TimingPolicy | None, max_bytes: int | None,
+                  samples: dict[str, list[float]] | None) -> dict[str, Any]:
     if max_bytes is None:
         max_bytes = default_max_bytes(target.props, mode)
     why = unsupported_reason(inst, target, max_bytes)
@@ -167,18 +186,24 @@ def run_instance(inst: Instance, target: Target, mode: str = "validate", *, seed
     seen = [len(m.validation_messages()) for m in managers]
     try:
         shards = []
-        for k, lane in enumerate(target.lanes):
-            rng = np.random.default_rng(shard_seed(seed, inst.case_id, k))
-            inputs = case.generate(params, rng)
-            shards.append(inputs)
-            states.append((lane, case.setup(lane, inputs, params)))
-        # issue every shard before waiting for any: the lanes' work is in flight together
-        for lane, state in states:
-            case.launch(lane, state, params)
-        outputs = [case.collect(lane, state, params) for lane, state in states]
+        with phases("setup"):
+            for k, lane in enumerate(target.lanes):
+                rng = np.random.default_rng(shard_seed(seed, inst.case_id, k))
+                inputs = case.generate(params, rng)
+                shards.append(inputs)
+                states.append((lane, case.setup(lane, inputs, params)))
+        with phases("run"):
+            # issue every shard before waiting for any: the lanes' work is in flight together
+            for lane, state in states:
+                case.launch(lane, state, params)
+            outputs = [case.collect(lane, state, params) for lane, state in states]
         verdicts = []
         for k, (inputs, out) in enumerate(zip(shards, outputs)):
-            v = _judge(inst, out, case.reference(inputs, params))
+            with phases("reference"):
+                reference = case.reference(inputs, params)
+            with phases("check"):
+                v = _judge(inst, out, reference)
+            del reference
             if not v.passed and len(states) > 1:
                 lane = states[k][0]
                 v.reason = f"lane {k} (family {lane.family} queue {lane.queue}): {v.reason}"
@@ -194,7 +219,8 @@ def run_instance(inst: Instance, target: Target, mode: str = "validate", *, seed
             return rec
         rec.update(status="pass", reason="")
         if mode == "bench":
-            _time(inst, target, states, rec, policy, samples)
+            del shards, outputs  # the checked call's host arrays: not held while timing
+            _time(inst, target, states, rec, policy, samples, phases)
         return rec
     except KeyboardInterrupt:
         raise
@@ -206,11 +232,12 @@ def run_instance(inst: Instance, target: Target, mode: str = "validate", *, seed
         return rec
     finally:
         if case.teardown is not None:
-            for lane, state in states:
-                try:
-                    case.teardown(lane, state)
-                except Exception:  # noqa: BLE001 - the device may already be gone
-                    pass
+            with phases("teardown"):
+                for lane, state in states:
+                    try:
+                        case.teardown(lane, state)
+                    except Exception:  # noqa: BLE001 - the device may already be gone
+                        pass
         _check_validation(rec, managers, seen)
 
 
@@ -298,7 +325,8 @@ def _sequence_gpu_samples(inst: Instance, lane: Lane, state: Any, repeats: int,
 
 
 def _time(inst: Instance, target: Target, states: list[tuple[Lane, Any]], rec: dict[str, Any],
-          policy: TimingPolicy | None, samples: dict[str, list[float]] | None = None) -> None:
+          policy: TimingPolicy | None, samples: dict[str, list[float]] | None = None,
+          phases: Phases | None = None) -> None:
     case, params = inst.case, inst.params
     policy = policy or default_policy(target)
 
@@ -309,14 +337,15 @@ def _time(inst: Instance, target: Target, states: list[tuple[Lane, Any]], rec: d
         for lane, state in states:
             _wait(inst, lane, state)
 
+    phases = phases if phases is not None else Phases()
     clock, keeper = target.sm_clock, target.keeper
     if keeper is not None:
         keeper.pause()
     try:
         settle: dict[str, Any] = {}
-        ready = clock.boosted if clock is not None and clock.available else None
+        ready = clock.ready_check() if clock is not None and clock.available else None
         host, repeats = host_samples(run_sample, policy, ready=ready, info=settle,
-                                     multiple=max(1, int(case.cycle(params))))
+                                     multiple=max(1, int(case.cycle(params))), phases=phases)
         seen_mhz: list[float] = []
 
         def watch() -> None:
@@ -327,14 +356,22 @@ def _time(inst: Instance, target: Target, states: list[tuple[Lane, Any]], rec: d
         lanes = len(states)
         gpu, gpu_method, replay_wall, gpu_other = None, None, None, None
         if case.layer == "runtime" and lanes == 1:
-            gpu = _sequence_gpu_samples(inst, *states[0], repeats, policy)
+            with phases("gpu_timing"):
+                gpu = _sequence_gpu_samples(inst, *states[0], repeats, policy)
             gpu_method = "sequence" if gpu else None
         elif target.gpu_timer is not None and lanes == 1:
             lane, state = states[0]
+            t_gpu = time.perf_counter()
             got = target.gpu_timer(lane, lambda: case.launch(lane, state, params),
                                    lambda: _wait(inst, lane, state), repeats, policy,
                                    watch=watch if clock is not None else None, ready=ready,
                                    ops=tuple(case.ops))
+            # a timer that splits its own time (the peer: eager, graph) says how; the rest is gpu_timing
+            spent = time.perf_counter() - t_gpu
+            own = dict(got.phases or {}) if got is not None else {}
+            for name, sec in own.items():
+                phases.add(name, sec)
+            phases.add("gpu_timing", spent - sum(own.values()))
             if got is not None and got.ns:
                 gpu, gpu_method, replay_wall, gpu_other = got.ns, got.method, got.wall_ns, got.other
     finally:

@@ -84,12 +84,13 @@ class Implementation:
     #: raises RuntimeError when the program cannot run at all
     drive: Callable[[str, list[Any], dict[str, Any] | None, float], tuple[str, list[dict[str, Any]]]] | None = None
 
-    def instances(self, mode: str, patterns: Sequence[str] | None = None) -> list[Any]:
-        """The case instances this implementation runs in ``mode`` whose ids match ``patterns``."""
+    def instances(self, mode: str, patterns: Sequence[str] | None = None, sizes: str = "default") -> list[Any]:
+        """The case instances this implementation runs in ``mode`` whose ids match ``patterns``;
+        ``sizes`` picks the bench set (kbench.cases.base.SIZE_SETS)."""
         from kbench.cases import parse_filter
 
         keep = parse_filter(patterns or None)
-        return [i for c in self.cases() if c.layer in self.layers for i in c.instances(mode)
+        return [i for c in self.cases() if c.layer in self.layers for i in c.instances(mode, sizes)
                 if keep(i.case_id) and self.accepts(i)]
 
     def case(self, name: str) -> Any:

@@ -22,11 +22,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from kbench.cases.base import SIZE_SETS, pick_quick
 from kbench.results.records import case_error, case_record
 
 from . import expectations as expect
 from .devices import foreign_implementations, select_devices
-from .execute import default_max_bytes
+from .execute import default_max_bytes, size_reason
 from .implementations import Implementation, main_kinds, peer_kinds, resolve
 from .peaks import peak_fraction
 from .queues import QUEUE_CONFIGS, QueueConfig
@@ -41,6 +42,7 @@ class Progress(Protocol):
     """What the runner reports while it works (the CLI shows a progress bar)."""
 
     def begin(self, total: int, label: str) -> None: ...
+    def start(self, case_id: str) -> None: ...
     def advance(self, record: dict[str, Any]) -> None: ...
     def note(self, text: str) -> None: ...
     def end(self) -> None: ...
@@ -48,6 +50,9 @@ class Progress(Protocol):
 
 class _Quiet:
     def begin(self, total: int, label: str) -> None:
+        pass
+
+    def start(self, case_id: str) -> None:
         pass
 
     def advance(self, record: dict[str, Any]) -> None:
@@ -86,6 +91,9 @@ class RunOptions:
     source: str | Path | None = None
     #: the ggml peer's test-backend-ops binary (default: $KBENCH_GGML_BIN, then PATH)
     ggml_bin: str | Path | None = None
+    #: which bench instances: "default", "quick" (the headline cases, one size each per device)
+    #: or "full" (also the largest sizes); kbench.cases.base.SIZE_SETS
+    sizes: str = "default"
 
     def __post_init__(self) -> None:
         if self.mode not in ("validate", "bench"):
@@ -94,6 +102,8 @@ class RunOptions:
             raise ValueError(f"backend must be {' or '.join(repr(k) for k in main_kinds())}, got {self.backend!r}")
         if not self.timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {self.timeout!r}")
+        if self.sizes not in SIZE_SETS:
+            raise ValueError(f"sizes must be one of {', '.join(SIZE_SETS)}, got {self.sizes!r}")
         if self.peer is not None and self.peer not in peer_kinds():
             raise ValueError(f"unknown peer {self.peer!r}; peers: {', '.join(peer_kinds())} (torch: PyTorch on CUDA)")
         if self.queue_configs:
@@ -193,7 +203,7 @@ class Runner:
         else:
             mains = [resolve(options.backend)]
         #: (implementation, its planned instances): what the run is of, then its peers
-        self.plan = [(impl, impl.instances(options.mode, options.patterns) if options.cases else [])
+        self.plan = [(impl, impl.instances(options.mode, options.patterns, options.sizes) if options.cases else [])
                      for impl in mains]
         peer_args = {"binary": str(options.ggml_bin)} if options.peer == "ggml" and options.ggml_bin else {}
         self.peers = [resolve(options.peer, **peer_args)] if options.peer else []
@@ -257,6 +267,7 @@ class Runner:
         """One run file: every available queue configuration of one device of `impl`."""
         from kbench.results import RunWriter
 
+        insts = self._for_device(insts, props)
         names = self._config_names() if not impl.peer else ["single"]
         configs = [c for c in impl.configs(props) if c.name in names]
         missing = [n for n in names if n not in [c.name for c in configs]]
@@ -284,6 +295,16 @@ class Runner:
                 if not chosen and not peak_names:
                     continue
                 self._run_config(writer, impl, props, c, chosen, peak_names, peaks)
+
+    def _for_device(self, insts: list[Any], props: dict[str, Any] | None) -> list[Any]:
+        """The planned instances a device runs: with --quick one size per case, the largest of
+        the headline size and those before it that fits the device (kbench.cases.base.pick_quick)."""
+        if self.options.mode != "bench" or self.options.sizes != "quick":
+            return insts
+        if props is None:
+            return pick_quick(insts)
+        max_bytes = self._max_bytes(props)
+        return pick_quick(insts, lambda inst: not size_reason(inst, props, max_bytes))
 
     def _max_bytes(self, props: dict[str, Any]) -> int | None:
         return self.options.max_bytes if self.options.max_bytes is not None else default_max_bytes(props, self.options.mode)
@@ -428,6 +449,9 @@ class Runner:
                 elif kind == "start":
                     current = event.get("case_id")
                     deadline = time.monotonic() + self.options.timeout
+                    started = getattr(self.progress, "start", None)  # older Progress objects lack it
+                    if started is not None and current:
+                        started(current)
                 elif kind == "result":
                     rec = event["record"]
                     cid = rec.get("peak") or rec.get("case_id")
@@ -482,7 +506,7 @@ class Runner:
                 devices = peer.devices()
             except Exception as exc:  # noqa: BLE001 - recorded as the reason, the run goes on
                 ok, why = False, f"{type(exc).__name__}: {exc}"
-        insts = peer.instances(self.options.mode, self.options.patterns)
+        insts = peer.instances(self.options.mode, self.options.patterns, self.options.sizes)
         if ok and peer.drive is not None:
             try:
                 self._run_external(peer, insts)
@@ -500,6 +524,7 @@ class Runner:
             self.files.append(writer.path)
             self.progress.note(f"peer {peer.name} unavailable: {why}")
             self.summary.notes.append(f"peer {peer.name} unavailable: {why}")
+            insts = self._for_device(insts, None)
             self.progress.begin(len(insts), f"{peer.name} (unavailable)")
             for inst in insts:
                 rec = case_record(inst.case.name, inst.params, case_id=inst.case_id, mode=self.options.mode,
@@ -515,6 +540,7 @@ class Runner:
 
         devices = self.devices()
         props = devices[0] if devices else None
+        insts = self._for_device(insts, props)
         self.progress.begin(len(insts), peer.name)
         name, records = peer.drive(self.options.mode, insts, props, self.options.timeout)
         prov = collect_provenance(props, peer.backend, name)

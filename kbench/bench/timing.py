@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +24,9 @@ class TimingPolicy:
 
     min_sample_s: float = 0.02     # aim per sample (GPU); CPU devices use less
     samples: int = 7
-    warmup: int = 1
+    #: untimed calls before calibration: none by default, since a case is timed right after
+    #: its checked call has run (pipelines built, buffers touched)
+    warmup: int = 0
     max_repeats: int = 1000
     max_total_s: float = 5.0       # stop taking samples once this much time went by (>= 3 samples)
     #: warm-up until the device has settled: two consecutive samples within settle_tol of each
@@ -31,17 +34,20 @@ class TimingPolicy:
     #: settle_max_s seconds (0: no settling, only the `warmup` calls)
     settle_max_s: float = 10.0
     settle_tol: float = 0.03
+    #: host-bound work never lifts the clock: after this long (or a third of settle_max_s, the
+    #: shorter), two agreeing samples settle without it (a replaying GPU timer then warms the
+    #: device on its own recording before its samples)
+    settle_host_s: float = 0.5
 
     def __post_init__(self) -> None:
         if (self.min_sample_s <= 0 or self.samples < 1 or self.max_repeats < 1 or self.warmup < 0
-                or self.settle_max_s < 0 or not 0 < self.settle_tol < 1):
+                or self.settle_max_s < 0 or not 0 < self.settle_tol < 1 or self.settle_host_s < 0):
             raise ValueError(f"bad timing policy {self}")
 
 
 GPU_POLICY = TimingPolicy()
 #: lavapipe / CPU drivers: short samples keep the CI bench quick
-CPU_POLICY = TimingPolicy(min_sample_s=0.002, samples=3, warmup=1, max_repeats=50, max_total_s=1.0,
-                          settle_max_s=0.0)
+CPU_POLICY = TimingPolicy(min_sample_s=0.002, samples=3, max_repeats=50, max_total_s=1.0, settle_max_s=0.0)
 
 
 @dataclass
@@ -60,6 +66,8 @@ class GpuSamples:
     wall_ns: list[float] | None = None
     #: where a timer tried two methods and kept the faster: the other one's method and median
     other: dict | None = None
+    #: seconds the timer spent per phase, where it splits them (kbench.results.records.PHASES)
+    phases: dict | None = None
 
 
 def stats(values_ns: Sequence[float], repeats: int) -> dict[str, float | int]:
@@ -83,20 +91,22 @@ def choose_repeats(one_call_s: float, policy: TimingPolicy) -> int:
 
 
 def settle(sample: Callable[[], float], tol: float, max_s: float, *, start: float | None = None,
-           min_s: float = 0.0, ready: Callable[[], bool] | None = None) -> tuple[bool, int]:
+           min_s: float = 0.0, ready: Callable[[], bool] | None = None,
+           host_s: float | None = None) -> tuple[bool, int]:
     """Take samples until two in a row agree within `tol` (relative) and `ready()` holds, at least
     `min_s` and at most `max_s` seconds after `start` (perf_counter; default: now).
 
-    Host-bound work never lifts the clock: after a third of `max_s`, agreeing samples alone
-    settle it. Returns (settled, samples taken)."""
+    Host-bound work never lifts the clock: after `host_s` seconds (default and at most a third of
+    `max_s`), agreeing samples alone settle it. Returns (settled, samples taken)."""
     t_start = time.perf_counter() if start is None else start
+    alone = max_s / 3 if host_s is None else min(host_s, max_s / 3)
     prev, n = None, 0
     while time.perf_counter() - t_start < max_s:
         cur = sample()
         n += 1
         elapsed = time.perf_counter() - t_start
         if prev is not None and elapsed >= min_s and abs(cur - prev) <= tol * min(cur, prev) \
-                and (ready is None or elapsed > max_s / 3 or ready()):
+                and (ready is None or elapsed > alone or ready()):
             return True, n
         prev = cur
     return False, n
@@ -104,22 +114,26 @@ def settle(sample: Callable[[], float], tol: float, max_s: float, *, start: floa
 
 def host_samples(run_sample: Callable[[int], None], policy: TimingPolicy,
                  ready: Callable[[], bool] | None = None,
-                 info: dict | None = None, multiple: int = 1) -> tuple[list[float], int]:
+                 info: dict | None = None, multiple: int = 1,
+                 phases: "Phases | None" = None) -> tuple[list[float], int]:
     """Warm up, calibrate, settle, then time `run_sample(repeats)` (issue + wait) on the host clock.
 
     Settling (policy.settle_max_s > 0) repeats samples until two in a row agree within
     policy.settle_tol and `ready()` (e.g. "the GPU clock is boosted") holds: GPUs leave their
     idle clocks only after seconds of sustained work, and samples taken before that measure
     the clock governor, not the kernel. `info`, when given, receives warmup_s, settled and
-    warmup_samples. `repeats` is rounded up to a multiple of `multiple`. Returns per-call
-    nanoseconds for each sample and the repeats used.
+    warmup_samples; `phases`, when given, the seconds of "warmup" (warm-up and calibration
+    calls), "settle" and "host_samples". `repeats` is rounded up to a multiple of `multiple`.
+    Returns per-call nanoseconds for each sample and the repeats used.
     """
+    phases = phases if phases is not None else Phases()
     t_start = time.perf_counter()
-    for _ in range(policy.warmup):
+    with phases("warmup"):
+        for _ in range(policy.warmup):
+            run_sample(1)
+        t0 = time.perf_counter_ns()
         run_sample(1)
-    t0 = time.perf_counter_ns()
-    run_sample(1)
-    one = (time.perf_counter_ns() - t0) / 1e9
+        one = (time.perf_counter_ns() - t0) / 1e9
     repeats = choose_repeats(one, policy)
     # whole cycles of a case that rotates its inputs (may exceed policy.max_repeats: a sample
     # that rereads a subset of the copies would time caches, not memory)
@@ -131,18 +145,44 @@ def host_samples(run_sample: Callable[[int], None], policy: TimingPolicy,
             run_sample(repeats)
             return time.perf_counter_ns() - t0
 
-        settled, n_settle = settle(one_sample, policy.settle_tol, policy.settle_max_s, start=t_start, ready=ready)
+        with phases("settle"):
+            settled, n_settle = settle(one_sample, policy.settle_tol, policy.settle_max_s, start=t_start,
+                                       ready=ready, host_s=policy.settle_host_s)
     if info is not None:
         info.update(warmup_s=round(time.perf_counter() - t_start, 3), settled=settled, warmup_samples=n_settle)
     out: list[float] = []
     start = time.perf_counter()
-    for _ in range(policy.samples):
-        t0 = time.perf_counter_ns()
-        run_sample(repeats)
-        out.append((time.perf_counter_ns() - t0) / repeats)
-        if len(out) >= 3 and time.perf_counter() - start > policy.max_total_s:
-            break
+    with phases("host_samples"):
+        for _ in range(policy.samples):
+            t0 = time.perf_counter_ns()
+            run_sample(repeats)
+            out.append((time.perf_counter_ns() - t0) / repeats)
+            if len(out) >= 3 and time.perf_counter() - start > policy.max_total_s:
+                break
     return out, repeats
+
+
+class Phases:
+    """Wall seconds per named phase of one case (setup, warm-up, settle, samples, ...): ``with
+    phases("setup"): ...`` adds the block's time to "setup". ``seconds`` keeps them in first-use
+    order; kbench.results.records names the phases a record may carry."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - t0)
+
+    def add(self, name: str, seconds: float) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + max(0.0, float(seconds))
+
+    def total(self) -> float:
+        return sum(self.seconds.values())
 
 
 def throughput(bytes_moved: int, flops: int, median_ns: float) -> dict[str, float | None]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from typing import Any, TextIO
 
 EXIT_OPEN_FAILED = 2
@@ -95,6 +96,7 @@ def run_job(job: dict[str, Any], out: TextIO) -> int:
         policy = TimingPolicy(**job["policy"]) if job.get("policy") else None
         for name in job.get("peaks", []):
             emit(out, {"event": "start", "case_id": name})
+            t0 = time.perf_counter()
             if target.keeper is not None:
                 target.keeper.pause()
             try:
@@ -102,6 +104,7 @@ def run_job(job: dict[str, Any], out: TextIO) -> int:
             finally:
                 if target.keeper is not None:
                     target.keeper.resume()
+            rec.setdefault("wall_s", round(time.perf_counter() - t0, 4))
             emit(out, {"event": "result", "record": rec})
         for cid in job["case_ids"]:
             emit(out, {"event": "start", "case_id": cid})

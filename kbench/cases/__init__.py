@@ -39,7 +39,8 @@ def select(layers: Sequence[str] | None = None) -> list[Case]:
 
 
 def instances(mode: str, patterns: Sequence[str] | str | None = None,
-              layers: Sequence[str] | None = None) -> list[Instance]:
-    """Every instance for `mode` whose case id matches the -k style `patterns`."""
+              layers: Sequence[str] | None = None, sizes: str = "default") -> list[Instance]:
+    """Every instance for `mode` whose case id matches the -k style `patterns`; `sizes` picks the
+    bench set ("default", "quick", "full": kbench.cases.base.SIZE_SETS)."""
     keep = parse_filter(patterns)
-    return [i for c in select(layers) for i in c.instances(mode) if keep(i.case_id)]
+    return [i for c in select(layers) for i in c.instances(mode, sizes) if keep(i.case_id)]

@@ -88,6 +88,7 @@ ATTENTION_FUSED = Case(
                                                 (256, 100, 4, 1), (96, 200, 12, 2), (128, 1000, 32, 8))),
     bench_sizes=({"head_dim": 128, "seq_len": 8192, "n_heads": 32, "n_kv_heads": 8},
                  {"head_dim": 128, "seq_len": 32768, "n_heads": 32, "n_kv_heads": 8}),
+    quick={"seq_len": 8192},
     ops=("attention",), tolerance=ATTENTION_FUSED_TOL,
     buffers=_buffers, footprint=_footprint,
     flops=lambda p: int(p["n_heads"]) * (4 * int(p["head_dim"]) * int(p["seq_len"]) + 5 * int(p["seq_len"])),

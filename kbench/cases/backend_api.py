@@ -11,7 +11,8 @@ from . import references as ref
 from .base import Arrays, Case, CaseFailure, Params
 from .buffers import BackendBuffers
 from .compare import GUARD_BYTES, check_guards, guard_pattern
-from .op_helpers import ELEMENTWISE_TOL, MiB, read_back, sizes, sync_read, teardown, uniform
+from .op_helpers import (DEFAULT_MAX_COPY, ELEMENTWISE_TOL, MiB, over_default, read_back, sizes, sync_read, teardown,
+                         uniform)
 
 
 # --------------------------------------------------------------------------- copies and memory
@@ -42,6 +43,7 @@ COPY_BUFFER = Case(
     launch=lambda t, s, p: t.backend.copy_buffer(s["src"], s["dst"].handle, int(p["size"])),
     collect=_copy_collect, teardown=teardown,
     validate_sizes=sizes("size", COPY_SIZES_VALIDATE), bench_sizes=sizes("size", COPY_SIZES_BENCH),
+    full_only=over_default("size", DEFAULT_MAX_COPY), quick={"size": DEFAULT_MAX_COPY},
     ops=("copy_buffer",), comparison="exact",
     buffers=lambda p: {"src": int(p["size"]), "dst": int(p["size"])}, peak="buffer_copy",
 )
@@ -111,6 +113,7 @@ COPY_ROUNDTRIP = Case(
     launch=lambda t, s, p: t.backend.copy_to_device(s["src"], s["dev"].handle),
     collect=_roundtrip_collect, teardown=teardown,
     validate_sizes=sizes("size", COPY_SIZES_VALIDATE), bench_sizes=sizes("size", (4 * MiB, 64 * MiB, 512 * MiB)),
+    full_only=over_default("size", DEFAULT_MAX_COPY), quick={"size": DEFAULT_MAX_COPY},
     ops=("copy_to_device", "copy_from_device"), comparison="exact",
     bytes_moved=lambda p: int(p["size"]), footprint=lambda p: int(p["size"]),
     largest_buffer=lambda p: int(p["size"]), peak="h2d",

@@ -55,6 +55,15 @@ def _no_features(_: Params) -> tuple[str, ...]:
     return ()
 
 
+def _never(_: Params) -> bool:
+    return False
+
+
+#: which bench instances a run takes: "default", "quick" (the headline cases, one size each)
+#: or "full" (every declared size, also the full_only ones)
+SIZE_SETS = ("default", "quick", "full")
+
+
 @dataclass(frozen=True)
 class Case:
     """One declared op or runtime operation; see the module docstring for the run protocol."""
@@ -98,6 +107,13 @@ class Case:
     #: its weights): a timed sample holds whole cycles, so that a sample, replayed or not,
     #: reads every copy as often as the others and none stays in a cache between calls
     cycle: Callable[[Params], int] = _one
+    #: bench instances run only with `kbench bench --full` (the largest sizes, the less used
+    #: weight types at model shapes: run time, and nothing the default set does not show)
+    full_only: Callable[[Params], bool] = _never
+    #: the headline instance(s) `kbench bench --quick` runs: parameter values they have (a tuple
+    #: value: any of these), one size; None: not a headline case. On a device the size does not
+    #: fit (a CPU driver's size limit) the largest bench size before it that fits stands in
+    quick: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.layer not in LAYERS:
@@ -127,21 +143,80 @@ class Case:
             raise ValueError(f"case {self.name!r}: comparison must be one of {COMPARISONS}, got {kind!r}")
         return kind
 
-    def instances(self, mode: str) -> list["Instance"]:
-        """Every (size x axes) parameter set for `mode` ("validate" or "bench")."""
+    def instances(self, mode: str, sizes: str = "default") -> list["Instance"]:
+        """Every (size x axes) parameter set for `mode` ("validate" or "bench"); in bench mode
+        `sizes` (SIZE_SETS) says which: "default" leaves out the full_only ones, "quick" keeps
+        the instances of the quick marker's axis values at its size and the sizes before it
+        (pick_quick chooses one size per device), "full" keeps all."""
         if mode not in ("validate", "bench"):
             raise ValueError(f"mode must be 'validate' or 'bench', got {mode!r}")
+        if sizes not in SIZE_SETS:
+            raise ValueError(f"sizes must be one of {', '.join(SIZE_SETS)}, got {sizes!r}")
         # a case without bench sizes is a correctness-only case: it has no benchmark instances
-        sizes = self.validate_sizes if mode == "validate" else self.bench_sizes
+        declared = self.validate_sizes if mode == "validate" else self.bench_sizes
+        if mode == "bench" and sizes == "quick":
+            if self.quick is None:
+                return []
+            declared = declared[:self.quick_size_index() + 1]
         names = list(self.axes)
         combos = list(itertools.product(*(self.axes[n] for n in names))) or [()]
         out = []
-        for size in sizes:
+        for size in declared:
             for combo in combos:
                 params = dict(size)
                 params.update(zip(names, combo))
+                if mode == "bench" and sizes != "full" and self.full_only(params):
+                    continue
+                if mode == "bench" and sizes == "quick" and not self._quick_axes_match(params):
+                    continue
                 out.append(Instance(self, params))
         return out
+
+    def size_index(self, params: Params) -> int:
+        """Which of bench_sizes `params` come from (-1: none)."""
+        for i, size in enumerate(self.bench_sizes):
+            if all(k in params and params[k] == v for k, v in size.items() if k not in self.axes):
+                if all(k in size for k in params if k not in self.axes):
+                    return i
+        return -1
+
+    def quick_size_index(self) -> int:
+        """The bench size the quick marker names (the last one where it names none)."""
+        if self.quick is None:
+            raise ValueError(f"case {self.name!r} has no quick marker")
+        for i, size in enumerate(self.bench_sizes):
+            if all(_value_matches(self.quick[k], size[k]) for k in self.quick if k in size):
+                return i
+        raise ValueError(f"case {self.name!r}: quick marker {dict(self.quick)} names none of its bench sizes")
+
+    def _quick_axes_match(self, params: Params) -> bool:
+        return all(_value_matches(want, params[k]) for k, want in (self.quick or {}).items() if k in self.axes)
+
+
+def _value_matches(want: Any, value: Any) -> bool:
+    return value in want if isinstance(want, (tuple, list, frozenset, set)) else value == want
+
+
+def pick_quick(instances: Sequence["Instance"], fits: Callable[["Instance"], bool] | None = None) -> list["Instance"]:
+    """One size per case of `instances` (Case.instances(..., "quick")): the quick marker's size,
+    or where `fits` says its instances do not fit a device, the largest size before it whose
+    instances fit; where none fits, the marker's size (its records then say why it cannot run)."""
+    by_case: dict[str, list[Instance]] = {}
+    for inst in instances:
+        by_case.setdefault(inst.case.name, []).append(inst)
+    out: list[Instance] = []
+    for insts in by_case.values():
+        case = insts[0].case
+        marked = case.quick_size_index() if case.quick is not None else max(case.size_index(i.params) for i in insts)
+        chosen = [i for i in insts if case.size_index(i.params) == marked]
+        if fits is not None:
+            for idx in range(marked, -1, -1):
+                at = [i for i in insts if case.size_index(i.params) == idx]
+                if at and all(fits(i) for i in at):
+                    chosen = at
+                    break
+        out.extend(chosen)
+    return out
 
 
 @dataclass(frozen=True)

@@ -13,22 +13,23 @@ from .base import Arrays, Case, Params
 from .buffers import BackendBuffers
 from .compare import GUARD_BYTES
 from .op_helpers import (
-    ELEMENTWISE_TOL, EW_BENCH, EW_VALIDATE, MATMUL_TOL, MiB, QMATMUL_DTYPES, REDUCE_BENCH, REDUCE_VALIDATE,
-    SOFTMAX_TOL, f32_elems, read_back, sizes, sync_read, teardown, uniform,
+    DEFAULT_MAX_ELEMS, ELEMENTWISE_TOL, EW_BENCH, EW_VALIDATE, MATMUL_TOL, MiB, QMATMUL_DTYPES,
+    QMATMUL_MAIN_DTYPES, REDUCE_BENCH, REDUCE_VALIDATE, SOFTMAX_TOL, f32_elems, over_default, read_back, sizes,
+    sync_read, teardown, uniform,
 )
 
 
 # --------------------------------------------------------------------------- elementwise
 
 def _elementwise_case(name: str, description: str, generate, reference, setup, launch,
-                      buffers: tuple[str, ...], flops_per: int) -> Case:
+                      buffers: tuple[str, ...], flops_per: int, quick: Params | None = None) -> Case:
     """An op over ``size`` float32 elements of each of ``buffers`` (in place too)."""
     return Case(
         name=name, layer="backend", description=description,
         generate=generate, reference=reference, setup=setup, launch=launch,
         collect=read_back("out"), teardown=teardown,
         validate_sizes=sizes("size", EW_VALIDATE) + ({"size": 4097, "inplace": True},),
-        bench_sizes=sizes("size", EW_BENCH),
+        bench_sizes=sizes("size", EW_BENCH), full_only=over_default("size", DEFAULT_MAX_ELEMS), quick=quick,
         ops=(name,), tolerance=ELEMENTWISE_TOL,
         buffers=lambda p: {b: f32_elems(p) for b in buffers},
         flops=lambda p: flops_per * int(p["size"]), peak="copy_bandwidth",
@@ -57,7 +58,7 @@ def _unary(name: str, math_fn, flops_per: int, description: str) -> Case:
                              flops_per)
 
 
-def _binary(name: str, math_fn, description: str) -> Case:
+def _binary(name: str, math_fn, description: str, quick: Params | None = None) -> Case:
     def generate(p: Params, rng: np.random.Generator) -> Arrays:
         return {"a": uniform(rng, p["size"]), "b": uniform(rng, p["size"])}
 
@@ -76,11 +77,12 @@ def _binary(name: str, math_fn, description: str) -> Case:
     def launch(t: Any, s: dict, p: Params) -> None:
         getattr(t.backend, name)(s["a"], s["b"], s["out"].handle, int(p["size"]))
 
-    return _elementwise_case(name, description, generate, reference, setup, launch, ("a", "b", "output"), 1)
+    return _elementwise_case(name, description, generate, reference, setup, launch, ("a", "b", "output"), 1,
+                             quick)
 
 
 SILU = _unary("silu", ref.silu, 4, "out = x * sigmoid(x)")
-ADD = _binary("add", np.add, "out = a + b")
+ADD = _binary("add", np.add, "out = a + b", quick={"size": DEFAULT_MAX_ELEMS})  # the headline elementwise op
 ELEMENT_MUL = _binary("element_mul", np.multiply, "out = a * b")
 
 
@@ -96,6 +98,7 @@ def _softmax_case(name: str, scales: tuple[float, ...], description: str, bench:
         collect=base.collect, teardown=teardown,
         validate_sizes=validate,
         bench_sizes=sizes("size", REDUCE_BENCH, scale=scales[0]) if bench else (),
+        full_only=over_default("size", DEFAULT_MAX_ELEMS), quick={"size": DEFAULT_MAX_ELEMS} if bench else None,
         ops=("softmax",), tolerance=SOFTMAX_TOL,
         buffers=base.buffers, flops=lambda p: 5 * int(p["size"]), peak="copy_bandwidth",
     )
@@ -133,6 +136,7 @@ RMS_NORM = Case(
     validate_sizes=sizes("size", REDUCE_VALIDATE, eps=1e-5) + ({"size": 1000, "eps": 1e-2},)
     + tuple({"size": n, "eps": 1e-5, "scale": 3e19} for n in (5, 4097, 70001)),
     bench_sizes=sizes("size", REDUCE_BENCH, eps=1e-5),
+    full_only=over_default("size", DEFAULT_MAX_ELEMS), quick={"size": DEFAULT_MAX_ELEMS},
     ops=("rms_norm",), tolerance=ELEMENTWISE_TOL,
     buffers=lambda p: {"input": f32_elems(p), "weight": f32_elems(p), "output": f32_elems(p)},
     flops=lambda p: 4 * int(p["size"]), peak="copy_bandwidth",
@@ -218,7 +222,7 @@ MATMUL = Case(
     collect=read_back("out"), teardown=teardown,
     validate_sizes=tuple({"m": m, "n": n, "k": k} for m, n, k in (
         (1, 1, 1), (1, 64, 33), (5, 3, 7), (33, 17, 65), (64, 64, 64), (100, 70, 130), (2, 300, 257))),
-    bench_sizes=tuple({"m": s, "n": s, "k": s} for s in (1024, 4096, 8192)),
+    bench_sizes=tuple({"m": s, "n": s, "k": s} for s in (1024, 4096, 8192)), quick={"m": 4096},
     ops=("matmul",), tolerance=MATMUL_TOL,
     buffers=_mm_buffers, flops=lambda p: 2 * int(p["m"]) * int(p["n"]) * int(p["k"]), peak="fp32_fma",
 )
@@ -284,6 +288,8 @@ QUANTIZED_MATMUL = Case(
     bench_sizes=({"n_rows": 1024, "n_cols": 4096}, {"n_rows": 4096, "n_cols": 14336, "rotate_mib": 256},
                  {"n_rows": 14336, "n_cols": 4096, "rotate_mib": 256}),
     axes={"dtype": QMATMUL_DTYPES},
+    full_only=lambda p: "rotate_mib" in p and p["dtype"] not in QMATMUL_MAIN_DTYPES,
+    quick={"n_rows": 14336, "n_cols": 4096, "dtype": QMATMUL_MAIN_DTYPES},
     ops=("quantized_matmul",), tolerance=MATMUL_TOL,
     buffers=_qmm_buffers, flops=lambda p: 2 * int(p["n_rows"]) * int(p["n_cols"]),
     # the weight copies the calls rotate through stay resident beside the one a call reads

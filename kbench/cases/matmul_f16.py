@@ -87,7 +87,7 @@ MATMUL_F16 = Case(
     validate_sizes=tuple({"m": m, "n": n, "k": k} for m, n, k in (
         (1, 1, 1), (16, 16, 16), (5, 3, 7), (33, 17, 65), (64, 64, 64), (100, 70, 130), (2, 300, 257),
         (128, 136, 40))),
-    bench_sizes=tuple({"m": s, "n": s, "k": s} for s in (4096, 8192)),
+    bench_sizes=tuple({"m": s, "n": s, "k": s} for s in (4096, 8192)), quick={"m": 4096},
     ops=("matmul_f16",), tolerance=MATMUL_F16_TOL,
     bytes_moved=_bytes, flops=lambda p: 2 * int(p["m"]) * int(p["n"]) * int(p["k"]),
     footprint=_bytes,

@@ -31,10 +31,25 @@ MATMUL_TOL = 1e-8
 #: dtype axis of quantized_matmul
 QMATMUL_DTYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
 
+#: the weight types quantized_matmul's targets name; the others run at model shapes only with --full
+QMATMUL_MAIN_DTYPES = ("Q4_0", "Q8_0", "Q4_K", "Q6_K")
+
 EW_VALIDATE = (1, 3, 64, 1000, 4097, 65537)
 EW_BENCH = (1 << 20, 16 << 20, 256 << 20)
 REDUCE_VALIDATE = (1, 5, 256, 1000, 4097, 70001)
 REDUCE_BENCH = (4096, 65536, 1 << 20, 16 << 20, 256 << 20)
+#: the largest elementwise / reduction size of a default bench run: 16M float32 (64 MiB per
+#: buffer) is past a GPU's last-level cache and within 0-9% of 256M's GB/s on the H200
+#: (README), and a 256M case spends ~18 s generating, checking and uploading 1 GiB buffers
+#: for about 10 ms of timed work; the 256M sizes run with `kbench bench --full`
+DEFAULT_MAX_ELEMS = 16 << 20
+#: the largest copy of a default bench run (bytes), for the same reason
+DEFAULT_MAX_COPY = 64 * MiB
+
+
+def over_default(key: str, limit: int) -> Callable[[Params], bool]:
+    """A case's ``full_only``: instances whose ``key`` is above ``limit`` run only with --full."""
+    return lambda p: int(p[key]) > limit
 
 
 def uniform(rng: np.random.Generator, n: int, scale: float = 1.0) -> np.ndarray:

@@ -78,6 +78,33 @@ def case_error(case_id: str, mode: str, reason: str, status: str = "error", **fi
                        case_id=case_id, **fields)
 
 
+#: where a case's wall time goes, in the order a case runs: the phases a record's ``phases_s`` may
+#: name (seconds each; ``wall_s`` is the whole case, so the phases sum to at most it)
+PHASES: dict[str, str] = {
+    "setup": "inputs generated, buffers allocated and uploaded",
+    "run": "the checked call issued and its outputs read back",
+    "reference": "the float64 reference computed",
+    "check": "outputs compared with the reference",
+    "warmup": "warm-up and calibration calls (host clock)",
+    "settle": "samples until two agree and the clock is up (host clock)",
+    "host_samples": "timed samples on the host clock",
+    "gpu_timing": "GPU-timed samples: recording, warm-up on the recording, samples",
+    "peer_eager": "the peer's eager timing (calls issued from Python)",
+    "peer_graph": "the peer's CUDA graph: capture, warm-up, replays",
+    "teardown": "buffers released",
+}
+
+
+def phase_fields(wall_s: float, phases: Mapping[str, float]) -> dict[str, Any]:
+    """The ``wall_s`` and ``phases_s`` fields of a record: seconds rounded to the millisecond's
+    tenth, phases in PHASES order; ValueError for a phase PHASES does not name."""
+    unknown = [name for name in phases if name not in PHASES]
+    if unknown:
+        raise ValueError(f"unknown phase(s) {', '.join(unknown)}; phases: {', '.join(PHASES)}")
+    return {"wall_s": round(float(wall_s), 4),
+            "phases_s": {name: round(float(phases[name]), 4) for name in PHASES if name in phases}}
+
+
 def peak_record(peak: str, value: float, unit: str, **fields: Any) -> dict[str, Any]:
     """A ``"kind": "peak"`` record: ``peak`` is a ``peak.*`` name, ``fields`` e.g. ``gpu_ns``, ``params``."""
     return {"kind": "peak", "peak": peak, "value": value, "unit": unit, **fields}

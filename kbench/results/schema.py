@@ -55,13 +55,13 @@ CASE_OPTIONAL = {
     "metric": dict, "gpu_ns": dict, "host_ns": dict, "bytes": (int, float),
     "flops": (int, float), "gbps": (int, float), "gflops": (int, float),
     "peak_fraction": (int, float), "peak_name": str, "clocks": (dict, str),
-    "implementation": str,
+    "implementation": str, "wall_s": (int, float), "phases_s": dict,
 }
 
 #: whose kernels the numbers are ("kbench", "numpy", "torch-cuda", a foreign set such as
 #: "yule@1ef0762"); optional in every kind: records written before it existed derive it from
 #: ``backend`` (kbench.results.records.implementation_of)
-PEAK_OPTIONAL = {"implementation": str}
+PEAK_OPTIONAL = {"implementation": str, "wall_s": (int, float)}
 RUN_OPTIONAL = {"implementation": str}
 OPTIONAL_BY_KIND = {"run": RUN_OPTIONAL, "case": CASE_OPTIONAL, "peak": PEAK_OPTIONAL}
 
@@ -193,6 +193,11 @@ def _validate_case(record: Mapping[str, Any]) -> None:
                 raise RecordError(f"case field '{timer}.{key}' must be >= 0, got {value!r}")
         if "median" not in timing:
             raise RecordError(f"case field '{timer}' has no 'median'")
+    phases = record.get("phases_s")
+    if phases is not None:
+        for name, value in phases.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise RecordError(f"case field 'phases_s.{name}' must be seconds >= 0, got {value!r}")
     if record["mode"] == "bench" and record["status"] == "pass":
         if record.get("gpu_ns") is None and record.get("host_ns") is None:
             raise RecordError("a passing bench record needs 'gpu_ns' or 'host_ns' timings")
