@@ -145,7 +145,7 @@ def test_a_bench_record_carries_its_phases_and_they_sum_to_at_most_its_wall_time
     rec = _bench_record_on_numpy()
     assert rec["status"] == "pass", rec.get("reason")
     phases = rec["phases_s"]
-    for name in ("setup", "run", "reference", "check", "warmup", "host_samples", "teardown"):
+    for name in ("inputs", "setup", "run", "reference", "check", "warmup", "host_samples", "teardown"):
         assert name in phases, f"phase {name!r} missing from {phases}"
     assert set(phases) <= set(PHASES), f"phases outside PHASES: {set(phases) - set(PHASES)}"
     assert rec["wall_s"] > 0 and all(v >= 0 for v in phases.values()), rec

@@ -186,11 +186,12 @@ def _run_instance(inst: Instance, target: Target, mode: str, rec: dict[str, Any]
     seen = [len(m.validation_messages()) for m in managers]
     try:
         shards = []
-        with phases("setup"):
-            for k, lane in enumerate(target.lanes):
-                rng = np.random.default_rng(shard_seed(seed, inst.case_id, k))
+        for k, lane in enumerate(target.lanes):
+            rng = np.random.default_rng(shard_seed(seed, inst.case_id, k))
+            with phases("inputs"):
                 inputs = case.generate(params, rng)
-                shards.append(inputs)
+            shards.append(inputs)
+            with phases("setup"):
                 states.append((lane, case.setup(lane, inputs, params)))
         with phases("run"):
             # issue every shard before waiting for any: the lanes' work is in flight together

@@ -81,7 +81,8 @@ def case_error(case_id: str, mode: str, reason: str, status: str = "error", **fi
 #: where a case's wall time goes, in the order a case runs: the phases a record's ``phases_s`` may
 #: name (seconds each; ``wall_s`` is the whole case, so the phases sum to at most it)
 PHASES: dict[str, str] = {
-    "setup": "inputs generated, buffers allocated and uploaded",
+    "inputs": "inputs generated on the host",
+    "setup": "buffers allocated and the inputs uploaded",
     "run": "the checked call issued and its outputs read back",
     "reference": "the float64 reference computed",
     "check": "outputs compared with the reference",
