@@ -381,11 +381,14 @@ class VulkanBackend(ComputeBackend):
         self._attention(*check_attention(self, q, k_cache, v_cache, out, head_dim, seq_len, n_heads, n_kv_heads))
 
     def _attention(self, q: BufferHandle, k_cache: BufferHandle, v_cache: BufferHandle, out: BufferHandle,
-                   head_dim: int, seq_len: int, n_heads: int, n_kv_heads: int) -> None:
+                   head_dim: int, seq_len: int, n_heads: int, n_kv_heads: int, combine: bool = True) -> None:
+        """``combine=False``: the partial pass alone (``kbench probe attention`` times it; out is not written)."""
         plan = self._policy.attention(head_dim, seq_len, n_heads, n_kv_heads, self._attention_chunk)
         scratch = self._scratch(4 * plan.scratch_floats, "attention")
         push = plan.partial_push(seq_len, n_heads // n_kv_heads, n_kv_heads * head_dim, 1.0 / math.sqrt(head_dim))
         self._dispatch(plan.partial, (q.id, k_cache.id, v_cache.id, scratch), plan.partial_grid, push)
+        if not combine:
+            return
         comb = plan.combine
         self._dispatch(comb, (scratch, out.id), plan.combine_grid, comb.push_record(plan.n_chunks, plan.ml_off))
 

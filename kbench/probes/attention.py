@@ -59,6 +59,10 @@ def _variants(small: bool) -> list[tuple[str, dict, dict, int | None]]:
     return out
 
 
+#: variants also timed without the combine pass
+PARTIAL_ALONE = ("auto", "split sg auto")
+
+
 def copy_gbps(be) -> float | None:
     """kbench's copy bandwidth (peak.copy_bandwidth, read + write) on this backend's device."""
     import kbench.runtime as kp
@@ -187,6 +191,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{shape}  {label:<36} {kernel:<6} spec {plan.partial.spec} chunk {plan.chunk:5d} "
                       f"x{plan.n_chunks:4d}  {(ns or float('nan')) / 1e3:8.1f} us  {gbps:7.0f} GB/s "
                       f"{ratio:5.2f}x copy  NMSE {err:.1e}", flush=True)
+                if label in PARTIAL_ALONE and ns:
+                    # the partial pass without the combine: what the second dispatch and its barrier cost
+                    pns = time_settled(be, lambda: be._attention(*hs, out, hd, t, nh, nkv, combine=False),  # noqa: SLF001
+                                       repeats, settle_s)
+                    if pns:
+                        rows.append({"shape": [hd, t, nh, nkv], "variant": f"{label}: partial pass alone",
+                                     "kernel": kernel, "us": pns / 1e3, "kv_gbps": kv_bytes / pns,
+                                     "copy_ratio": kv_bytes / pns / copy if copy else None})
+                        print(f"{shape}  {label + ': partial pass alone':<48} {pns / 1e3:8.1f} us  "
+                              f"{kv_bytes / pns:7.0f} GB/s", flush=True)
             for h in (*hs, out):
                 be.free(h)
             _write(args.json, props, copy, rows)
