@@ -9,10 +9,10 @@
 // UNROLL units per row are loaded before any is decoded: the loads of UNROLL * ROWS units are in
 // flight together, which is what keeps HBM busy (the read floor probe's finding: a grid of short
 // independent 16-byte loads reads at 0.7x copy; one load at a time per lane does not).
-// Per unit and row: uvec4 loads of quants, a 16-bit load of the scale, and 4-wide signed byte dot
-// products against both byte halves of x (Q4_0: the nibbles become n - 8 as signed bytes; Q6_K:
-// the 6-bit q - 32, two 16-element sub-blocks with int8 scales).  Integer sums are exact
-// (|sum| < 2^31); they are scaled by d * s_x (and Q6_K's sub-block scale) in fp32.
+// Per unit and row: uvec4 loads of quants, a 16-bit load of the scale, and 4-wide byte dot
+// products against both byte halves of x (Q4_0: the unsigned nibbles, minus 8 times x's sum;
+// Q6_K: the unsigned 6-bit q, minus 32 times x's sum, two 16-element sub-blocks with int8 scales).
+// Integer sums are exact (|sum| < 2^31); they are scaled by d * s_x (and Q6_K's sub-block scale) in fp32.
 // A team's rows are summed by subgroup shuffles (variant sg: LANES a power of two; teams wider
 // than a subgroup add their subgroups' sums in shared memory), or by a shared-memory tree
 // (variant tree, devices without subgroup arithmetic).
@@ -41,6 +41,9 @@
 // OpSDotKHR on 4 packed signed bytes (last operand: PackedVectorFormat4x8Bit = 0)
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
 int sdot(uint a, uint b, spirv_literal int fmt);
+// OpSUDotKHR: signed bytes (x) against unsigned bytes (the weights' unsigned quants)
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4452)
+int sudot(uint a, uint b, spirv_literal int fmt);
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint ROWS = 4;     // rows per team
@@ -63,6 +66,7 @@ layout(std430, binding = 1) readonly buffer Input { vec4 x4[]; };
 shared uvec4 sxl[2u * BLOCKS];  // lo bytes, 8 words per block
 shared uvec4 sxh[2u * BLOCKS];  // hi bytes
 shared float sxs[BLOCKS];       // scales
+shared ivec2 sxsum[BLOCKS];     // sums of q over elements 0..15 and 16..31
 #else
 layout(std430, binding = 1) readonly buffer XQ { uvec4 xq[]; };
 #endif
@@ -76,21 +80,28 @@ layout(push_constant) uniform Push {
 
 shared float part[ROWS * gl_WorkGroupSize.x];  // per row, one slot per subgroup or per lane
 
-// the nibbles of a Q4_0 quant word as signed bytes n - 8: bytes 0..15 stay below 0x80, so
-// setting each byte's top bit and subtracting 8 borrows nothing across bytes
-uint nibbles_minus_8(uint w) {
-    return (((w & 0x0F0F0F0Fu) | 0x80808080u) - 0x08080808u) ^ 0x80808080u;
-}
+// The weights stay unsigned (Q4_0 nibbles 0..15, Q6_K 6-bit q 0..63) in the dot products with x's
+// signed bytes; their offsets (8, 32) come off once per 16 elements through the sum of x's q
+// there: n - 8 per element would cost three more integer operations per word, and integer issue,
+// not HBM, is what bounds these kernels on a GPU whose integer rate is half its fp32 rate.
 
-// four Q6_K weights as signed bytes q - 32: q = low 4 bits from ql (nibble at shift ls), high 2
-// bits from qh (at shift hs); bytes 0..63, so the same borrow-free subtraction works
-uint q6_minus_32(uint ql, uint qh, uint ls, uint hs) {
-    uint q = ((ql >> ls) & 0x0F0F0F0Fu) | (((qh >> hs) & 0x03030303u) << 4u);
-    return ((q | 0x80808080u) - 0x20202020u) ^ 0x80808080u;
+// Q6_K's four 6-bit q of a word: low 4 bits from ql (nibble at shift ls), high 2 from qh (at hs)
+uint q6_bytes(uint ql, uint qh, uint ls, uint hs) {
+    return ((ql >> ls) & 0x0F0F0F0Fu) | (((qh >> hs) & 0x03030303u) << 4u);
 }
 
 int dot4(uvec4 q, uvec4 x) {
     return sdot(q.x, x.x, 0) + sdot(q.y, x.y, 0) + sdot(q.z, x.z, 0) + sdot(q.w, x.w, 0);
+}
+
+// x's signed bytes x against unsigned weight bytes w
+int udot4(uvec4 x, uvec4 w) {
+    return sudot(x.x, w.x, 0) + sudot(x.y, w.y, 0) + sudot(x.z, w.z, 0) + sudot(x.w, w.w, 0);
+}
+
+// sum of x's q over 16 elements (4 lo words, 4 hi words)
+int xsum16(uvec4 xl, uvec4 xh) {
+    return 256 * dot4(xh, uvec4(0x01010101u)) + dot4(xl, uvec4(0x01010101u));
 }
 
 #if defined(XQ_WG)
@@ -125,6 +136,7 @@ void quantize_block(uint b) {
     sxh[2u * b] = uvec4(hi[0], hi[1], hi[2], hi[3]);
     sxh[2u * b + 1u] = uvec4(hi[4], hi[5], hi[6], hi[7]);
     sxs[b] = finite ? m / QMAX : uintBitsToFloat(0x7FC00000u);
+    sxsum[b] = ivec2(xsum16(sxl[2u * b], sxh[2u * b]), xsum16(sxl[2u * b + 1u], sxh[2u * b + 1u]));
 }
 #endif
 
@@ -151,29 +163,30 @@ void fetch(uint blk, uint b, out uvec4 q[NQ], out uint extra, out float d) {
 #endif
 }
 
-// one unit's contribution: its integer dot with x's two byte halves, scaled
-float unit_dot(uvec4 q[NQ], uint extra, float d, uint b, uvec4 xl0, uvec4 xl1, uvec4 xh0, uvec4 xh1, float sx) {
+// one unit's contribution: its integer dot with x's two byte halves, scaled (xs: x's q summed
+// over the unit's elements 0..15 and 16..31)
+float unit_dot(uvec4 q[NQ], uint extra, float d, uint b, uvec4 xl0, uvec4 xl1, uvec4 xh0, uvec4 xh1, float sx,
+               ivec2 xs) {
 #if defined(QT_Q6_K)
     uint g = b & 3u;
     uint ls = 4u * (g >> 1u), hs = 2u * g;
     uvec4 l0 = q[0], l1 = q[1], h0 = q[2], h1 = q[3];
-    uvec4 qa = uvec4(q6_minus_32(l0.x, h0.x, ls, hs), q6_minus_32(l0.y, h0.y, ls, hs),
-                     q6_minus_32(l0.z, h0.z, ls, hs), q6_minus_32(l0.w, h0.w, ls, hs));
-    uvec4 qb = uvec4(q6_minus_32(l1.x, h1.x, ls, hs), q6_minus_32(l1.y, h1.y, ls, hs),
-                     q6_minus_32(l1.z, h1.z, ls, hs), q6_minus_32(l1.w, h1.w, ls, hs));
+    uvec4 qa = uvec4(q6_bytes(l0.x, h0.x, ls, hs), q6_bytes(l0.y, h0.y, ls, hs),
+                     q6_bytes(l0.z, h0.z, ls, hs), q6_bytes(l0.w, h0.w, ls, hs));
+    uvec4 qb = uvec4(q6_bytes(l1.x, h1.x, ls, hs), q6_bytes(l1.y, h1.y, ls, hs),
+                     q6_bytes(l1.z, h1.z, ls, hs), q6_bytes(l1.w, h1.w, ls, hs));
     // each sum of 16 is below 2^24, so exact in fp32
-    float ta = float(256 * dot4(qa, xh0) + dot4(qa, xl0));
-    float tb = float(256 * dot4(qb, xh1) + dot4(qb, xl1));
+    float ta = float(256 * udot4(xh0, qa) + udot4(xl0, qa) - 32 * xs.x);
+    float tb = float(256 * udot4(xh1, qb) + udot4(xl1, qb) - 32 * xs.y);
     int sb = int(16u * (g & 1u));
     int scw = int(extra);
     return (ta * float(bitfieldExtract(scw, sb, 8)) + tb * float(bitfieldExtract(scw, sb + 8, 8))) * (d * sx);
 #elif defined(QT_Q4_0)
     uvec4 w = q[0];
     // elements 0..15 are the low nibbles (x words 0..3), 16..31 the high ones (words 4..7)
-    uvec4 lo = uvec4(nibbles_minus_8(w.x), nibbles_minus_8(w.y), nibbles_minus_8(w.z), nibbles_minus_8(w.w));
-    uvec4 hi = uvec4(nibbles_minus_8(w.x >> 4u), nibbles_minus_8(w.y >> 4u), nibbles_minus_8(w.z >> 4u),
-                     nibbles_minus_8(w.w >> 4u));
-    int t = 256 * (dot4(lo, xh0) + dot4(hi, xh1)) + dot4(lo, xl0) + dot4(hi, xl1);
+    uvec4 lo = w & 0x0F0F0F0Fu;
+    uvec4 hi = (w >> 4u) & 0x0F0F0F0Fu;
+    int t = 256 * (udot4(xh0, lo) + udot4(xh1, hi)) + udot4(xl0, lo) + udot4(xl1, hi) - 8 * (xs.x + xs.y);
     return float(t) * (d * sx);
 #else
     int t = 256 * (dot4(q[0], xh0) + dot4(q[1], xh1)) + dot4(q[0], xl0) + dot4(q[1], xl1);
@@ -210,14 +223,21 @@ void team_rows(uint team, uint tl, uint lid, uint row0, uint nb) {
             uvec4 xl0 = sxl[2u * b], xl1 = sxl[2u * b + 1u];
             uvec4 xh0 = sxh[2u * b], xh1 = sxh[2u * b + 1u];
             float sx = sxs[b];
+            ivec2 xs = sxsum[b];
 #else
             uvec4 xl0 = xq[2u * b], xl1 = xq[2u * b + 1u];
             uvec4 xh0 = xq[2u * nb + 2u * b], xh1 = xq[2u * nb + 2u * b + 1u];
             uint sxi = 16u * nb + b;  // x scale word
             float sx = uintBitsToFloat(xq[sxi >> 2u][sxi & 3u]);
+#if defined(QT_Q8_0)
+            ivec2 xs = ivec2(0);  // signed weights: no offset to take off
+#else
+            ivec2 xs = ivec2(xsum16(xl0, xh0), xsum16(xl1, xh1));
+#endif
 #endif
             for (uint r = 0u; r < ROWS; ++r) {
-                acc[r] += unit_dot(q[u * ROWS + r], extra[u * ROWS + r], d[u * ROWS + r], b, xl0, xl1, xh0, xh1, sx);
+                acc[r] += unit_dot(q[u * ROWS + r], extra[u * ROWS + r], d[u * ROWS + r], b, xl0, xl1, xh0, xh1, sx,
+                                  xs);
             }
         }
     }
