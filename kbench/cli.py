@@ -207,8 +207,14 @@ def _run_mode(args: argparse.Namespace, mode: str) -> int:
         options = _run_options(args, mode)
         runner = Runner(options, None)
         if not runner.instances:
+            import dataclasses
+
+            larger = (mode == "bench" and options.sizes != "full"
+                      and Runner(dataclasses.replace(options, sizes="full"), None).instances)
             raise UsageError(f"no case matches -k {' '.join(args.cases or [])!r} in {mode} mode "
-                             f"(list them with: kbench cases --mode {mode}"
+                             + (f"with the {options.sizes} sizes; it is in the --full set: add --full "
+                                if larger else "")
+                             + f"(list them with: kbench cases --mode {mode}"
                              + ("; the device's peaks alone: kbench peaks" if "peak" in " ".join(args.cases or []) else "")
                              + ")")
     except (ValueError, ExpectationsError) as exc:

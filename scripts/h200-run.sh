@@ -25,7 +25,7 @@ if [ "$what" = bench ]; then
   k+=(-k "matmul[m=4096" -k "matmul[m=8192" -k "matmul_f16[m=4096" -k "matmul_f16[m=8192" \
       -k "attention[head_dim=128,seq_len=8192" -k "copy_buffer[size=1073741824]" -k "copy_buffer[size=67108864]" \
       -k "copy_roundtrip[size=536870912]" -k "issue_rate" -k "kp_sync[size=16777216,dtype=float32]")
-  timeout ${BENCH_S:-540} python3 -m kbench bench --peer torch --quiet --out "$out/b" "${k[@]}" > "$out/bench.log" 2>&1
+  timeout ${BENCH_S:-540} python3 -m kbench bench --full --peer torch --quiet --out "$out/b" "${k[@]}" > "$out/bench.log" 2>&1
   tail -8 "$out/bench.log"
   # the peer's fp16 matrix-vector product of the quantized_matmul shapes (torch.mv, CUDA events), same machine
   timeout 40 python3 -m kbench.probes qmatvec --torch-only > "$out/torch_mv.log" 2>&1
@@ -50,10 +50,10 @@ elif [ "$what" = foreign ]; then
   for c in add element_mul; do k+=(-k "$c[size=16777216]" -k "$c[size=268435456]"); done
   for c in softmax rms_norm; do k+=(-k "$c[size=16777216,"); done
   for d in Q4_0 Q8_0 Q4_K Q6_K F16; do k+=(-k "rotate_mib=256,dtype=$d]"); done
-  timeout ${BENCH_S:-260} python3 -m kbench bench --peer ggml --ggml-bin "$bin" --quiet --out "$out/f" "${k[@]}" \
+  timeout ${BENCH_S:-260} python3 -m kbench bench --full --peer ggml --ggml-bin "$bin" --quiet --out "$out/f" "${k[@]}" \
     > "$out/ggml-bench.log" 2>&1
   tail -6 "$out/ggml-bench.log"
-  timeout ${YULE_S:-200} python3 -m kbench bench --kernels yule --source third_party/yule --quiet --timeout 60 \
+  timeout ${YULE_S:-200} python3 -m kbench bench --full --kernels yule --source third_party/yule --quiet --timeout 60 \
     --out "$out/f" "${k[@]}" -k "silu_mul[size=16777216]" -k "attention[head_dim=128,seq_len=8192" \
     -k "matmul[m=1024" -k "rope[head_dim=128,n_heads_q=32" > "$out/yule-bench.log" 2>&1
   tail -6 "$out/yule-bench.log"

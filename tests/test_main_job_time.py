@@ -100,6 +100,14 @@ def test_an_unknown_size_set_is_refused():
         RunOptions(mode="bench", sizes="huge")
 
 
+def test_a_pattern_of_full_only_sizes_says_to_add_full(capsys):
+    from kbench.cli import main
+
+    rc = main(["bench", "-k", "add[size=268435456]", "--out", "/nonexistent-kbench-out"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "add --full" in err, f"expected a usage error naming --full, got {rc}: {err}"
+
+
 # ------------------------------------------------------------------ phases in the record
 
 def test_phase_fields_keep_the_declared_order_and_refuse_unknown_phases():
