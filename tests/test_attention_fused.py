@@ -390,5 +390,7 @@ def test_the_attention_probe_measures_every_pass_against_float64(tmp_path, capsy
     assert rows, f"the probe measured nothing:\n{capsys.readouterr().out}"
     assert {"tree"} <= {r["kernel"] for r in rows}, "the split pass without subgroups runs on every device"
     for r in rows:
+        if "partial pass alone" in r["variant"]:
+            continue  # a timing without the combine: no output to check
         assert r["nmse"] < NMSE_FUSED, f"{r['variant']} at {r['shape']}: NMSE {r['nmse']:.2e}"
         assert r["us"] is None or r["us"] > 0
