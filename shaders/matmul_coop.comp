@@ -5,14 +5,20 @@
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#ifdef ELEM_BF16
+#extension GL_EXT_bfloat16 : require
+#endif
 #endif
 // kbench: requires glslang>=13
 // kbench: variant khr target=vulkan1.3
 // kbench: variant emulated COOP_EMULATE target=vulkan1.1
+// kbench: variant khr.bf16 ELEM_BF16 target=vulkan1.3 requires=glslang>=16
+// kbench: variant emulated.bf16 COOP_EMULATE ELEM_BF16 target=vulkan1.1
 //
 // Reduced-precision matrix product on cooperative matrices (VK_KHR_cooperative_matrix):
-// C[m,n] = A[m,k] @ B[k,n] with A and B float16 and C float32, all row-major, accumulated in
-// float32 by 16x16x16 f16 x f16 -> f32 matrix multiply-adds.  Any m, n, k >= 1.
+// C[m,n] = A[m,k] @ B[k,n] with A and B float16 (or bfloat16: ELEM_BF16, GL_EXT_bfloat16) and
+// C float32, all row-major, accumulated in float32 by 16x16x16 -> f32 matrix multiply-adds.
+// Any m, n, k >= 1.  The staging below moves 16-bit patterns and is the same for both types.
 //
 // A workgroup of WG_M x WG_N subgroups computes a BM x BN block of C (BM = WG_M*SG_M*16,
 // BN = WG_N*SG_N*16); each subgroup holds SG_M x SG_N 16x16 accumulators.  A and B are staged
@@ -156,8 +162,12 @@ struct Acc { float v[32]; };
 
 float smem_half(uint at, uint h) {
     uint word = smem[at + (h >> 3)][(h >> 1) & 3u];
+#ifdef ELEM_BF16
+    return uintBitsToFloat((h & 1u) != 0u ? word & 0xFFFF0000u : word << 16);
+#else
     vec2 pair = unpackHalf2x16(word);
     return (h & 1u) != 0u ? pair.y : pair.x;
+#endif
 }
 
 Acc acc_zero() {
@@ -209,8 +219,13 @@ void emu_store_shared(Acc a, uint at) {
 #define STORE_SHARED(a, at) emu_store_shared(a, at)
 #else
 #define ACC_T coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
-#define FragA coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
-#define FragB coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
+#ifdef ELEM_BF16
+#define ELEM bfloat16_t
+#else
+#define ELEM float16_t
+#endif
+#define FragA coopmat<ELEM, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
+#define FragB coopmat<ELEM, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
 #define ACC_ZERO ACC_T(0.0)
 #define LOAD_A(f, at, stride) coopMatLoad(f, smem, at, stride, gl_CooperativeMatrixLayoutRowMajor)
 #define LOAD_B(f, at, stride) coopMatLoad(f, smem, at, stride, gl_CooperativeMatrixLayoutRowMajor)

@@ -171,27 +171,29 @@ HALF_BYTES = 2
 
 
 def check_matmul_f16(backend: "ComputeBackend", a: Any, b: Any, out: Any, m: Any, n: Any,
-                     k: Any) -> tuple[BufferHandle, BufferHandle, BufferHandle, int, int, int]:
+                     k: Any, op: str = "matmul_f16") -> tuple[BufferHandle, BufferHandle, BufferHandle, int, int, int]:
     """Argument checks of the optional ``matmul_f16`` op (``out[m,n] = A[m,k] @ B[k,n]`` with A and
     B row-major float16, out float32), in the style of the trait's ops: the backend is open, the
     handles are live and the written buffer is distinct, m, n, k are u32 >= 1, and the buffers
     hold 2*m*k, 2*k*n and 4*m*n bytes.  matmul_f16 is not one of the trait's methods: backends
     that have it (VulkanBackend, NumpyBackend, the torch peer) define ``matmul_f16`` calling this
-    and then their ``_matmul_f16``; :func:`has_matmul_f16` tells whether a backend has it."""
-    op = "matmul_f16"
+    and then their ``_matmul_f16``; :func:`has_matmul_f16` tells whether a backend has it.
+    ``op="matmul_bf16"``: the same checks for bfloat16 inputs (also 2 bytes an element)."""
+    elem = {"matmul_f16": "float16", "matmul_bf16": "bfloat16"}[op]
     backend._check_open(op)
     ha, hb, ho = backend._handles(op, a=a, b=b, out=out)
     m = check_int(op, "m", m)
     n = check_int(op, "n", n)
     k = check_int(op, "k", k)
-    backend._byte_range(op, "a", ha, 0, HALF_BYTES * m * k, f"float16 m*k = {m}*{k}")
-    backend._byte_range(op, "b", hb, 0, HALF_BYTES * k * n, f"float16 k*n = {k}*{n}")
+    backend._byte_range(op, "a", ha, 0, HALF_BYTES * m * k, f"{elem} m*k = {m}*{k}")
+    backend._byte_range(op, "b", hb, 0, HALF_BYTES * k * n, f"{elem} k*n = {k}*{n}")
     backend._elem_range(op, "out", ho, 0, m * n, f"m*n = {m}*{n}")
     return ha, hb, ho, m, n, k
 
 
-def has_matmul_f16(backend: Any) -> bool:
-    return callable(getattr(backend, "matmul_f16", None))
+def has_matmul_f16(backend: Any, op: str = "matmul_f16") -> bool:
+    """Whether the backend has the optional op (``matmul_f16`` or ``matmul_bf16``)."""
+    return callable(getattr(backend, op, None))
 
 
 def check_attention(backend: "ComputeBackend", q: Any, k_cache: Any, v_cache: Any, out: Any, head_dim: Any,

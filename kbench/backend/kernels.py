@@ -212,7 +212,9 @@ class KernelPolicy:
     Options: ``use_subgroups`` (None: when the device has subgroup arithmetic),
     ``matmul_tile`` = (BM, BN, BK, TM, TN[, GROUP_M]), ``matmul_warp_n`` (invocations along n in each
     32-invocation patch of matmul.comp, 0 = row-major; None: :meth:`matmul`'s rule), ``matmul_f16_tile`` = (WG_M, WG_N, SG_M, SG_N,
-    BK[, GROUP_M]) (see :meth:`matmul` / :meth:`matmul_f16`), ``single_group_limit`` (largest softmax/rms_norm
+    BK[, GROUP_M]) (see :meth:`matmul` / :meth:`matmul_f16`), ``matmul_f16_cm2_tile`` = (BM, BN, BK,
+    THREADS[, GROUP_M]) and ``matmul_f16_path`` (None: automatic, "coopmat2" or "khr"; see
+    :meth:`matmul_f16_plan`), ``single_group_limit`` (largest softmax/rms_norm
     size done by one workgroup), ``grid_limit`` (cap on the grid's x dimension, below the
     device's maxComputeWorkGroupCount[0]; exercises the spread-over-y path in tests).
     """
@@ -220,7 +222,9 @@ class KernelPolicy:
     def __init__(self, props: Mapping[str, Any], *, use_subgroups: bool | None = None,
                  matmul_tile: tuple[int, ...] | None = None,
                  single_group_limit: int = 8192, grid_limit: int | None = None,
-                 matmul_f16_tile: tuple[int, ...] | None = None, matmul_warp_n: int | None = None):
+                 matmul_f16_tile: tuple[int, ...] | None = None, matmul_warp_n: int | None = None,
+                 matmul_f16_cm2_tile: tuple[int, ...] | None = None,
+                 matmul_f16_path: str | None = None):
         self.props = props
         feats = props.get("features", {})
         self.max_invocations = int(props["max_work_group_invocations"])
@@ -251,8 +255,12 @@ class KernelPolicy:
         self.matmul_tile = self._pick_matmul_tile(matmul_tile)
         self.matmul_warp_n = self._pick_matmul_warp_n(matmul_warp_n)
         self.matmul_f16_tile = self._pick_matmul_f16_tile(matmul_f16_tile)
+        if matmul_f16_path not in (None, "coopmat2", "khr"):
+            raise ValueError(f"matmul_f16_path must be None (automatic), 'coopmat2' or 'khr', got {matmul_f16_path!r}")
+        self.matmul_f16_path_option = matmul_f16_path
+        self.matmul_f16_cm2_tile_option = self._check_cm2_tile(matmul_f16_cm2_tile)
         # the ops ask for the same few kernels over and over: memoize per instance
-        for name in ("elementwise", "copy", "reduction", "reduction_plan", "matmul", "matmul_f16", "rope", "attn_score",
+        for name in ("elementwise", "copy", "reduction", "reduction_plan", "matmul", "matmul_f16", "matmul_f16_cm2_tile", "rope", "attn_score",
                      "attn_value", "attn_combine", "attention", "qmatvec", "qmatvec_xq", "grid_1d"):
             setattr(self, name, functools.lru_cache(maxsize=256)(getattr(self, name)))
 
@@ -407,22 +415,156 @@ class KernelPolicy:
     COOP_F16_CONFIG = {"M": 16, "N": 16, "K": 16, "a": "f16", "b": "f16", "c": "f32", "result": "f32",
                        "scope": 3}
 
-    def matmul_f16_unsupported(self) -> str:
-        """Why this device cannot run matmul_coop.comp ("" when it can)."""
+    #: input types of matmul_f16 (``dtype``): IEEE half and bfloat16 (stored as 16-bit patterns)
+    MATMUL_F16_DTYPES = ("f16", "bf16")
+    #: features the bfloat16 variants need besides those of the f16 ones
+    _BF16_FEATURES = (("bfloat16", "VK_KHR_shader_bfloat16 shaderBFloat16Type"),
+                      ("bfloat16_cooperative_matrix", "VK_KHR_shader_bfloat16 shaderBFloat16CooperativeMatrix"))
+
+    @classmethod
+    def _check_dtype(cls, dtype: str) -> str:
+        if dtype not in cls.MATMUL_F16_DTYPES:
+            raise ValueError(f"matmul_f16: dtype must be one of {cls.MATMUL_F16_DTYPES}, got {dtype!r}")
+        return dtype
+
+    def matmul_f16_unsupported(self, dtype: str = "f16") -> str:
+        """Why this device cannot run matmul_coop.comp (VK_KHR_cooperative_matrix, subgroup
+        scope) on ``dtype`` inputs ("" when it can)."""
+        self._check_dtype(dtype)
         feats = self.props.get("features", {})
         name = self.props.get("device_name", "this device")
         if not feats.get("cooperative_matrix"):
             return f"{name} lacks VK_KHR_cooperative_matrix (cooperativeMatrix)"
-        want = self.COOP_F16_CONFIG
+        want = dict(self.COOP_F16_CONFIG, a=dtype, b=dtype)
         configs = self.props.get("cooperative_matrix_properties") or []
         if not any(all(cfg.get(key) == val for key, val in want.items()) for cfg in configs):
-            return (f"{name} has no 16x16x16 f16 x f16 -> f32 subgroup-scope cooperative-matrix "
+            return (f"{name} has no 16x16x16 {dtype} x {dtype} -> f32 subgroup-scope cooperative-matrix "
                     "configuration")
-        for key, human in (("float16", "shaderFloat16"), ("subgroup_basic", "subgroup basic operations"),
-                           ("vulkan_memory_model", "vulkanMemoryModel")):
+        needs = [("float16", "shaderFloat16"), ("subgroup_basic", "subgroup basic operations"),
+                 ("vulkan_memory_model", "vulkanMemoryModel")]
+        if dtype == "bf16":
+            needs += list(self._BF16_FEATURES)
+        for key, human in needs:
             if not feats.get(key):
                 return f"{name} lacks {human}, which the cooperative-matrix matmul needs"
         return ""
+
+    # -- the same product on workgroup-scope matrices (VK_NV_cooperative_matrix2,
+    # shaders/matmul_coop2.comp): matmul_f16_cm2_tile = (BM, BN, BK, THREADS[, GROUP_M]), one
+    # BM x BN accumulator per workgroup of THREADS invocations, BK-deep slices loaded through
+    # tensor layouts.  The default is the first of MATMUL_CM2_TILES the device's
+    # flexible-dimension list admits (granularities and workgroup size).
+    MATMUL_CM2_TILES = ((128, 256, 64, 256), (256, 128, 64, 256), (128, 128, 64, 256), (128, 128, 32, 128),
+                        (64, 64, 32, 128), (64, 64, 16, 64), (32, 32, 16, 32))
+    MATMUL_CM2_GROUP_M = 8
+    _CM2_FEATURES = (("cooperative_matrix", "VK_KHR_cooperative_matrix cooperativeMatrix"),
+                     ("cooperative_matrix2_workgroup_scope", "VK_NV_cooperative_matrix2 cooperativeMatrixWorkgroupScope"),
+                     ("cooperative_matrix2_flexible_dimensions",
+                      "VK_NV_cooperative_matrix2 cooperativeMatrixFlexibleDimensions"),
+                     ("cooperative_matrix2_tensor_addressing",
+                      "VK_NV_cooperative_matrix2 cooperativeMatrixTensorAddressing"),
+                     ("vulkan_memory_model", "vulkanMemoryModel"),
+                     ("storage_buffer_16bit", "storageBuffer16BitAccess"))
+
+    def _cm2_configs(self, dtype: str) -> list[dict]:
+        """The device's workgroup-scope flexible-dimension configurations for dtype x dtype -> f32."""
+        c2 = self.props.get("cooperative_matrix2_properties") or {}
+        return [cfg for cfg in c2.get("flexible_dimensions") or []
+                if cfg.get("a") == dtype and cfg.get("b") == dtype and cfg.get("c") == "f32"
+                and cfg.get("result") == "f32" and int(cfg.get("scope", 0)) == 2]
+
+    def matmul_f16_cm2_unsupported(self, dtype: str = "f16") -> str:
+        """Why this device cannot run matmul_coop2.comp on ``dtype`` inputs ("" when it can)."""
+        self._check_dtype(dtype)
+        feats = self.props.get("features", {})
+        name = self.props.get("device_name", "this device")
+        needs = list(self._CM2_FEATURES) + (list(self._BF16_FEATURES) if dtype == "bf16" else [("float16", "shaderFloat16")])
+        for key, human in needs:
+            if not feats.get(key):
+                return f"{name} lacks {human}"
+        if not self._cm2_configs(dtype):
+            return (f"{name} lists no workgroup-scope {dtype} x {dtype} -> f32 flexible-dimension "
+                    "cooperative-matrix configuration")
+        if not any(not self._cm2_tile_problem(t, dtype) for t in self.MATMUL_CM2_TILES):
+            return f"no matmul_coop2 tile fits {name}'s configurations and limits"
+        return ""
+
+    def _check_cm2_tile(self, tile) -> tuple[int, ...] | None:
+        if tile is None:
+            return None
+        tile = _int_tuple("matmul_f16_cm2_tile", tile, (4, 5), "(BM, BN, BK, THREADS[, GROUP_M])")
+        problem = (("every size must be positive" if min(tile[:4]) <= 0 else "")
+                   or _group_problem(tile[4] if len(tile) == 5 else 1))
+        if problem:
+            raise ValueError(f"matmul_f16_cm2_tile {tile!r} is invalid: {problem}")
+        return tile
+
+    def _cm2_tile_problem(self, tile, dtype: str) -> str:
+        """What keeps (BM, BN, BK, THREADS) off this device's coopmat2 configurations ("" if none)."""
+        bm, bn, bk, threads = tile[:4]
+        c2 = self.props.get("cooperative_matrix2_properties") or {}
+        limit = min(self.max_invocations, self.max_size[0], int(c2.get("workgroup_scope_max_workgroup_size") or 1 << 30))
+        if threads > limit:
+            return f"THREADS={threads} exceeds the device's {limit} for workgroup-scope matrices"
+        top = int(c2.get("flexible_dimensions_max_dimension") or 1 << 30)
+        if max(bm, bn, bk) > top:
+            return f"a dimension of {bm}x{bn}x{bk} exceeds the device's {top}"
+        for cfg in self._cm2_configs(dtype):
+            if (bm % cfg["M"] == 0 and bn % cfg["N"] == 0 and bk % cfg["K"] == 0
+                    and threads == int(cfg["workgroup_invocations"])):
+                return ""
+        offered = sorted({(c["M"], c["N"], c["K"], c["workgroup_invocations"]) for c in self._cm2_configs(dtype)})
+        return (f"{bm}x{bn}x{bk} with {threads} invocations matches none of the device's {dtype} configurations "
+                f"(granularity M, N, K and workgroup size: {offered})")
+
+    def matmul_f16_cm2_tile(self, dtype: str = "f16") -> tuple[int, ...]:
+        """(BM, BN, BK, THREADS, GROUP_M) of matmul_coop2.comp for dtype on this device."""
+        tile = self.matmul_f16_cm2_tile_option
+        if tile is not None:
+            problem = self._cm2_tile_problem(tile, dtype)
+            if problem:
+                raise ValueError(f"matmul_f16_cm2_tile {tile!r} does not fit this device: {problem}")
+            return tuple(tile[:4]) + ((tile[4] if len(tile) == 5 else self.MATMUL_CM2_GROUP_M),)
+        for t in self.MATMUL_CM2_TILES:
+            if not self._cm2_tile_problem(t, dtype):
+                return tuple(t) + (self.MATMUL_CM2_GROUP_M,)
+        raise ValueError(f"no matmul_coop2 tile fits {self.props.get('device_name')}")
+
+    def matmul_f16_path(self, dtype: str = "f16") -> str:
+        """The kernel that serves matmul_f16 on dtype here: "coopmat2" (VK_NV_cooperative_matrix2,
+        where the device has it for dtype), else "khr" (VK_KHR_cooperative_matrix), else "" (none;
+        :meth:`matmul_f16_plan` says why).  The ``matmul_f16_path`` option forces one."""
+        self._check_dtype(dtype)
+        forced = self.matmul_f16_path_option
+        if forced in (None, "coopmat2") and not self.matmul_f16_cm2_unsupported(dtype):
+            return "coopmat2"
+        if forced in (None, "khr") and not self.matmul_f16_unsupported(dtype) and self.matmul_f16_tile is not None:
+            return "khr"
+        return ""
+
+    def matmul_f16_plan(self, m: int, n: int, k: int, dtype: str = "f16") -> tuple[Kernel, tuple[int, int, int]]:
+        """(kernel, grid) of matmul_f16 for this shape and dtype on the path :meth:`matmul_f16_path`
+        picks (the emulated KHR kernel when ``coop_emulate`` is set).  Raises
+        UnsupportedFeatureError, saying what the device lacks, where no path runs."""
+        self._check_dtype(dtype)
+        if self.coop_emulate:
+            kernel = self.matmul_f16(self.matmul_f16_vec(n, k), True, dtype=dtype)
+            return kernel, self.matmul_f16_grid(m, n)
+        path = self.matmul_f16_path(dtype)
+        if path == "coopmat2":
+            bm, bn, bk, threads, group = self.matmul_f16_cm2_tile(dtype)
+            clamp = int(bool(m % bm or n % bn or k % bk))
+            kernel = Kernel(f"matmul_coop2.{dtype}.spv", (threads, bm, bn, bk, group, clamp), PUSH_MATMUL)
+            return kernel, self._block_grid("matmul_f16", m, n, bm, bn)
+        if path == "khr":
+            return self.matmul_f16(self.matmul_f16_vec(n, k), dtype=dtype), self.matmul_f16_grid(m, n)
+        forced = self.matmul_f16_path_option
+        why = (self.matmul_f16_cm2_unsupported(dtype) if forced == "coopmat2"
+               else self.matmul_f16_unsupported(dtype) or
+               f"no matmul_f16 tile fits {self.props.get('device_name')}'s limits")
+        from kbench.runtime import UnsupportedFeatureError
+
+        raise UnsupportedFeatureError(f"matmul_{dtype}: {why}", "cooperative_matrix")
 
     def _pick_matmul_f16_tile(self, tile) -> tuple[int, ...] | None:
         if tile is None:
@@ -469,16 +611,18 @@ class KernelPolicy:
     #: operations; slow): for testing the kernel's staging and edges on devices without them
     coop_emulate = False
 
-    def matmul_f16(self, vec: bool = False, emulate: bool = False) -> Kernel:
-        """Spec constants: (invocations, WG_M, WG_N, SG_M, SG_N, BK, VEC, STAGES, GROUP_M).
-        Raises UnsupportedFeatureError on devices without the cooperative-matrix configuration
-        (``emulate``: the emulated variant, which needs only subgroups of >= 8 invocations)."""
+    def matmul_f16(self, vec: bool = False, emulate: bool = False, dtype: str = "f16") -> Kernel:
+        """The KHR kernel (matmul_coop.comp). Spec constants: (invocations, WG_M, WG_N, SG_M,
+        SG_N, BK, VEC, STAGES, GROUP_M). Raises UnsupportedFeatureError on devices without the
+        cooperative-matrix configuration (``emulate``: the emulated variant, which needs only
+        subgroups of >= 8 invocations)."""
+        self._check_dtype(dtype)
         if emulate:
             feats = self.props.get("features", {})
             why = "" if feats.get("subgroup_basic") and self.subgroup_size >= 8 else \
                 "the emulated cooperative-matrix kernel needs subgroups of >= 8 invocations"
         else:
-            why = self.matmul_f16_unsupported()
+            why = self.matmul_f16_unsupported(dtype)
         if not why and self.matmul_f16_tile is None:
             why = f"no matmul_f16 tile fits {self.props.get('device_name')}'s limits"
         if why:
@@ -488,7 +632,8 @@ class KernelPolicy:
         wg_m, wg_n, sg_m, sg_n, bk = self.matmul_f16_tile[:5]
         spec = (wg_m * wg_n * self.subgroup_size, wg_m, wg_n, sg_m, sg_n, bk, int(bool(vec)),
                 self.matmul_f16_stages, self.matmul_f16_group_m)
-        return Kernel(f"matmul_coop.{'emulated' if emulate else 'khr'}.spv", spec, PUSH_MATMUL)
+        name = ("emulated" if emulate else "khr") + ("" if dtype == "f16" else f".{dtype}")
+        return Kernel(f"matmul_coop.{name}.spv", spec, PUSH_MATMUL)
 
     def matmul_f16_grid(self, m: int, n: int) -> tuple[int, int, int]:
         wg_m, wg_n, sg_m, sg_n = self.matmul_f16_tile[:4]
@@ -981,6 +1126,7 @@ def describe_policy(policy: KernelPolicy) -> dict[str, Any]:
         "matmul_stages": policy.matmul_stages,
         "matmul_warp_n": policy.matmul_warp_n,
         "matmul_f16_tile": policy.matmul_f16_tile,
+        "matmul_f16_path": policy.matmul_f16_path(),
         "subgroups": policy.use_subgroups,
         "subgroup_size": policy.subgroup_size,
         "single_group_limit": policy.single_group_limit,

@@ -55,6 +55,7 @@ _TABLE = (
     _compute("quantized_matmul", weights="r", input="r", output="w"),
     # VulkanBackend / NumpyBackend / the peer's matmul_f16; see backend.base.check_matmul_f16
     _compute("matmul_f16", extension=True, a="r", b="r", out="w"),
+    _compute("matmul_bf16", extension=True, a="r", b="r", out="w"),
     # fused decode attention over all heads; see backend.base.check_attention
     _compute("attention", extension=True, q="r", k_cache="r", v_cache="r", out="w"),
 )

@@ -113,7 +113,9 @@ class VulkanBackend(ComputeBackend):
     ``use_subgroups`` (None = when the device has subgroup arithmetic), ``matmul_tile``
     ((BM, BN, BK, TM, TN[, GROUP_M])), ``matmul_warp_n`` (matmul.comp's invocation layout; None: the
     policy's), ``matmul_f16_tile`` ((WG_M, WG_N, SG_M, SG_N, BK[, GROUP_M]),
-    the cooperative-matrix :meth:`matmul_f16`), ``single_group_limit`` (softmax/rms_norm sizes done by one
+    the KHR cooperative-matrix :meth:`matmul_f16`), ``matmul_f16_cm2_tile`` ((BM, BN, BK, THREADS[, GROUP_M]),
+    its VK_NV_cooperative_matrix2 kernel), ``matmul_f16_path`` (None: coopmat2 where the device has it,
+    else KHR; "coopmat2" or "khr" forces one), ``single_group_limit`` (softmax/rms_norm sizes done by one
     workgroup), ``grid_limit`` (cap on the grid's x dimension; for tests of large grids),
     ``validation`` (Khronos validation layer), ``qmatvec`` (quantized_matmul kernel knobs, e.g.
     ``{"kernel": "fast", "lanes": 32, "rows": 4}``: see KernelPolicy.configure_qmatvec),
@@ -130,7 +132,8 @@ class VulkanBackend(ComputeBackend):
                  matmul_f16_tile: tuple[int, ...] | None = None,
                  qmatvec: dict[str, Any] | None = None, attention_chunk: int | None = None,
                  matmul_warp_n: int | None = None,
-                 attention: dict[str, Any] | None = None) -> None:
+                 attention: dict[str, Any] | None = None,
+                 matmul_f16_cm2_tile: tuple[int, ...] | None = None, matmul_f16_path: str | None = None) -> None:
         for name, value, lo in (("batch_ops", batch_ops, 1), ("ring_size", ring_size, 1),
                                 ("algorithm_cache_size", algorithm_cache_size, 16),
                                 ("single_group_limit", single_group_limit, 1)):
@@ -147,7 +150,8 @@ class VulkanBackend(ComputeBackend):
             self._policy = KernelPolicy(self._props, use_subgroups=use_subgroups,
                                         matmul_tile=matmul_tile, single_group_limit=single_group_limit,
                                         grid_limit=grid_limit, matmul_f16_tile=matmul_f16_tile,
-                                        matmul_warp_n=matmul_warp_n)
+                                        matmul_warp_n=matmul_warp_n,
+                                        matmul_f16_cm2_tile=matmul_f16_cm2_tile, matmul_f16_path=matmul_f16_path)
             if qmatvec:  # quantized_matmul kernel knobs: KernelPolicy.configure_qmatvec
                 self._policy.configure_qmatvec(qmatvec)
             if attention:  # fused attention kernel knobs: KernelPolicy.configure_attention
@@ -282,17 +286,25 @@ class VulkanBackend(ComputeBackend):
 
     def matmul_f16(self, a: BufferHandle, b: BufferHandle, out: BufferHandle, m: int, n: int, k: int) -> None:
         """``out[m,n] = A[m,k] @ B[k,n]`` with A, B float16 and out float32 (row-major), on
-        cooperative matrices (fp32 accumulation). Raises kp.UnsupportedFeatureError, before any
-        GPU work, on devices without VK_KHR_cooperative_matrix's 16x16x16 f16 -> f32 config."""
+        cooperative matrices (fp32 accumulation): VK_NV_cooperative_matrix2 where the device has
+        it, else VK_KHR_cooperative_matrix (KernelPolicy.matmul_f16_plan). Raises
+        kp.UnsupportedFeatureError, before any GPU work, on devices with neither."""
         from kbench.backend.base import check_matmul_f16
 
         ha, hb, ho, m, n, k = check_matmul_f16(self, a, b, out, m, n, k)
         self._matmul_f16(ha, hb, ho, m, n, k)
 
-    def _matmul_f16(self, a: BufferHandle, b: BufferHandle, out: BufferHandle, m: int, n: int, k: int) -> None:
-        pol = self._policy
-        kernel = pol.matmul_f16(pol.matmul_f16_vec(n, k), pol.coop_emulate)  # UnsupportedFeatureError first
-        grid = pol.matmul_f16_grid(m, n)
+    def matmul_bf16(self, a: BufferHandle, b: BufferHandle, out: BufferHandle, m: int, n: int, k: int) -> None:
+        """:meth:`matmul_f16` with A and B bfloat16 (16-bit patterns); the device needs
+        VK_KHR_shader_bfloat16's cooperative matrices besides."""
+        from kbench.backend.base import check_matmul_f16
+
+        ha, hb, ho, m, n, k = check_matmul_f16(self, a, b, out, m, n, k, op="matmul_bf16")
+        self._matmul_f16(ha, hb, ho, m, n, k, "bf16")
+
+    def _matmul_f16(self, a: BufferHandle, b: BufferHandle, out: BufferHandle, m: int, n: int, k: int,
+                    dtype: str = "f16") -> None:
+        kernel, grid = self._policy.matmul_f16_plan(m, n, k, dtype)  # UnsupportedFeatureError first
         self._dispatch(kernel, (a.id, b.id, out.id), grid, kernel.push_record(m, n, k))
 
     def _softmax(self, input: BufferHandle, output: BufferHandle, size: int) -> None:

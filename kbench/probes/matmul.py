@@ -1,9 +1,14 @@
 """Probe kbench's matmul kernels on one Vulkan device: tile variants of the fp32 SGEMM
-(shaders/matmul.comp) and of the fp16 cooperative-matrix matmul (shaders/matmul_coop.comp), with
-PyTorch's fp32 (TF32 off) and fp16 matmul beside them when CUDA is there.
+(shaders/matmul.comp) and of the fp16 / bf16 cooperative-matrix matmuls (shaders/matmul_coop.comp
+on VK_KHR_cooperative_matrix, shaders/matmul_coop2.comp on VK_NV_cooperative_matrix2), with
+PyTorch's fp32 (TF32 off), fp16 and bf16 matmul beside them when CUDA is there.
 
     kbench probe matmul            # on the GPU: 4096^3 and 8192^3, about a minute
     kbench probe matmul --small    # tiny sizes (lavapipe / CI smoke test)
+    kbench probe matmul --kinds fp16,bf16   # only the cooperative-matrix kernels
+
+It first prints the device's cooperative-matrix properties (the KHR configurations with 16-bit
+inputs, VK_NV_cooperative_matrix2's limits and flexible-dimension configurations, the features).
 
 Each variant is timed with GPU timestamps (VulkanBackend.measure_gpu_ns: one op per sample, warm-up
 first, median of --repeats), and checked on a few sampled rows against float64 NumPy (fp16: of the
@@ -15,8 +20,12 @@ fp32 variants are matmul_tile = (BM, BN, BK, TM, TN, GROUP_M) with matmul_warp_n
 VEC4, STAGES, GROUP_M, WARP_N), STAGES = 2 where two slices fit in shared memory.  Every variant runs
 at the first size; the larger sizes take the default and the --top fastest of the first.  The end
 ranks the fp32 variants per size with their ratio to torch fp32 of the same run (--fp32-only: no
-fp16 part).  fp16 variants are matmul_f16_tile = (WG_M, WG_N, SG_M, SG_N, BK, GROUP_M); spec constants of
-matmul_coop.khr.spv: (invocations, WG_M, WG_N, SG_M, SG_N, BK, VEC, STAGES, GROUP_M).
+fp16 or bf16 part).  fp16 variants are matmul_f16_tile = (WG_M, WG_N, SG_M, SG_N, BK, GROUP_M); spec
+constants of matmul_coop.khr.spv: (invocations, WG_M, WG_N, SG_M, SG_N, BK, VEC, STAGES, GROUP_M).
+coopmat2 variants ("cm2 ...") are matmul_f16_cm2_tile = (BM, BN, BK, THREADS, GROUP_M); each is also
+run once on a shape that is not a multiple of its tile (the clamped loads and clipped stores), whose
+NMSE over the whole output is the note "edge NMSE".  bf16 inputs are float32 values rounded to
+bfloat16 (kbench.quant), the reference the float64 product of those exact values.
 """
 
 from __future__ import annotations
@@ -75,12 +84,60 @@ F16_TILES = [
     (2, 4, 4, 2, 64, 8),       # BK 64 (one stage)
     (2, 4, 4, 2, 16, 8),       # BK 16
 ]
+#: coopmat2 variants (BM, BN, BK, THREADS, GROUP_M); a device lists the workgroup sizes and
+#: granularities it accepts, the others are reported as rejected
+CM2_TILES = [
+    (128, 256, 64, 256, 8),
+    (256, 128, 64, 256, 8),
+    (128, 128, 64, 256, 8),
+    (128, 256, 32, 256, 8),
+    (256, 256, 32, 512, 8),
+    (128, 128, 32, 128, 8),
+    (128, 256, 64, 512, 8),
+    (128, 256, 64, 256, 1),
+    (128, 128, 64, 128, 8),
+    (64, 64, 32, 128, 8),
+]
+#: the KHR kernel beside them (its default tile; F16_TILES sweeps it further)
+KHR_COOP_TILES = [(2, 4, 4, 2, 32, 8)]
+EDGE_SIZE = (333, 517, 259)
 SAMPLE_ROWS = 8
 
 
 def fp32_name(tile: tuple[int, ...], warp_n: int) -> str:
     """A variant's name in the probe's rows: "BMxBNxBKxTMxTNxGROUP_M wWARP_N"."""
     return "x".join(map(str, tile)) + f" w{warp_n}"
+
+
+def bf16_round(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(bfloat16 bit patterns as uint16, their float32 values) of float32 ``x``."""
+    from kbench.quant import DType, dequantize, quantize
+
+    bits = np.frombuffer(quantize(np.asarray(x, np.float32).ravel(), DType.BF16), "<u2").reshape(np.shape(x))
+    return bits.copy(), dequantize(bits.tobytes(), DType.BF16, np.shape(x)).astype(np.float32)
+
+
+def coop_properties(props: dict) -> list[str]:
+    """Lines describing a device's cooperative-matrix support (for the probe's header)."""
+    feats = props.get("features", {})
+    lines = ["features: " + ", ".join(f"{k}={int(bool(v))}" for k, v in sorted(feats.items())
+                                      if "cooperative" in k or "bfloat16" in k or k in ("float16", "vulkan_memory_model"))]
+    khr = [c for c in props.get("cooperative_matrix_properties") or []
+           if c.get("a") in ("f16", "bf16") or c.get("result") in ("f16", "bf16")]
+    lines.append(f"KHR configurations with 16-bit types ({len(khr)} of "
+                 f"{len(props.get('cooperative_matrix_properties') or [])}):")
+    lines += [f"  {c['M']}x{c['N']}x{c['K']} {c['a']} x {c['b']} + {c['c']} -> {c['result']} scope {c['scope']}"
+              for c in khr]
+    c2 = props.get("cooperative_matrix2_properties") or {}
+    if not c2:
+        lines.append("VK_NV_cooperative_matrix2: absent")
+        return lines
+    lines.append("VK_NV_cooperative_matrix2: " + ", ".join(f"{k}={v}" for k, v in c2.items()
+                                                           if k != "flexible_dimensions"))
+    for c in c2.get("flexible_dimensions") or []:
+        lines.append(f"  flexible {c['M']}x{c['N']}x{c['K']} {c['a']} x {c['b']} + {c['c']} -> {c['result']} "
+                     f"scope {c['scope']} workgroup {c['workgroup_invocations']}")
+    return lines
 
 
 def nmse(got: np.ndarray, ref: np.ndarray) -> float:
@@ -96,6 +153,8 @@ class Probe:
         self.deadline = deadline
         self.emulate_coop = emulate_coop
         self.rows: list[dict] = []
+        #: also run each cooperative-matrix variant on EDGE_SIZE (GPUs; too slow emulated)
+        self.edge_check = not emulate_coop
         self.settle_s = 0.05 if be.device_properties.get("device_type") == "cpu" else 0.6
 
     def use(self, **options) -> KernelPolicy:
@@ -166,45 +225,82 @@ class Probe:
             for h in (ha, hb, ho):
                 be.free(h)
 
-    def f16(self, size: tuple[int, int, int], tiles, rng) -> None:
+    def coop(self, dtype: str, size: tuple[int, int, int], variants: list[tuple[str, tuple[int, ...]]], rng) -> None:
+        """Time each (path, tile) variant of matmul_f16 / matmul_bf16 on one size."""
         be = self.be
         m, n, k = size
-        why = KernelPolicy(self.props).matmul_f16_unsupported()
-        if why and not self.emulate_coop:
-            self.record("fp16", size, "-", None, float("nan"), f"unsupported: {why}")
-            return
-        a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
-        b = rng.uniform(-1, 1, (k, n)).astype(np.float16)
+        kind = "fp16" if dtype == "f16" else "bf16"
+        a, va = _inputs(dtype, (m, k), rng)
+        b, vb = _inputs(dtype, (k, n), rng)
         rows = np.sort(rng.choice(m, min(SAMPLE_ROWS, m), replace=False))
-        ref = a[rows].astype(np.float64) @ b.astype(np.float64)
+        ref = va[rows].astype(np.float64) @ vb.astype(np.float64)
         ha, hb, ho = be.allocate(a.nbytes), be.allocate(b.nbytes), be.allocate(4 * m * n)
+        op = be.matmul_f16 if dtype == "f16" else be.matmul_bf16
         try:
             be.copy_to_device(a, ha)
             be.copy_to_device(b, hb)
-            for tile in tiles:
-                name = "x".join(map(str, tile)) + (" (emulated)" if self.emulate_coop else "")
+            for path, tile in variants:
+                name = ("cm2 " if path == "coopmat2" else "khr ") + "x".join(map(str, tile))
+                if self.emulate_coop:
+                    name += " (emulated)"
                 if self.late():
-                    self.record("fp16", size, name, None, float("nan"), "skipped: time budget")
+                    self.record(kind, size, name, None, float("nan"), "skipped: time budget")
                     continue
                 try:
-                    pol = self.use(matmul_f16_tile=tile)
-                except ValueError as exc:
-                    self.record("fp16", size, name, None, float("nan"), f"rejected: {exc}")
+                    if path == "coopmat2":
+                        pol = self.use(matmul_f16_path="coopmat2", matmul_f16_cm2_tile=tile)
+                    else:
+                        pol = self.use(matmul_f16_path="khr", matmul_f16_tile=tile)
+                    pol.matmul_f16_plan(m, n, k, dtype)
+                except Exception as exc:  # noqa: BLE001 - ValueError or UnsupportedFeatureError: say and go on
+                    self.record(kind, size, name, None, float("nan"), f"rejected: {exc}")
                     continue
                 be.copy_to_device(np.zeros(m * n, np.float32), ho)
                 try:
-                    ns = self.time_op(lambda: be.matmul_f16(ha, hb, ho, m, n, k))
+                    ns = self.time_op(lambda: op(ha, hb, ho, m, n, k))
+                    err = nmse(self.sample_rows(ho, m, n, rows), ref)
+                    note = f"stages={pol.matmul_f16_stages}" if path == "khr" else ""
+                    if self.edge_check and not self.late():
+                        note += f" edge NMSE {self.edge_nmse(op, dtype):.1e}"
                 except Exception as exc:  # noqa: BLE001 - report and go on to the next variant
-                    self.record("fp16", size, name, None, float("nan"), f"error: {type(exc).__name__}: {exc}")
+                    self.record(kind, size, name, None, float("nan"), f"error: {type(exc).__name__}: {exc}")
                     continue
-                err = nmse(self.sample_rows(ho, m, n, rows), ref)
-                self.record("fp16", size, name, ns, err, f"stages={pol.matmul_f16_stages}")
+                self.record(kind, size, name, ns, err, note.strip())
         finally:
             for h in (ha, hb, ho):
                 be.free(h)
 
+    def edge_nmse(self, op, dtype: str) -> float:
+        """NMSE of the current variant over the whole output of EDGE_SIZE (not a multiple of any tile)."""
+        be = self.be
+        m, n, k = EDGE_SIZE
+        a, va = _inputs(dtype, (m, k), np.random.default_rng(7))
+        b, vb = _inputs(dtype, (k, n), np.random.default_rng(8))
+        ref = va.astype(np.float64) @ vb.astype(np.float64)
+        ha, hb, ho = be.allocate(a.nbytes), be.allocate(b.nbytes), be.allocate(4 * m * n)
+        try:
+            be.copy_to_device(a, ha)
+            be.copy_to_device(b, hb)
+            be.copy_to_device(np.full(m * n, np.nan, np.float32), ho)
+            op(ha, hb, ho, m, n, k)
+            got = np.empty(m * n, np.float32)
+            be.copy_from_device(ho, got)
+        finally:
+            for h in (ha, hb, ho):
+                be.free(h)
+        return nmse(got.reshape(m, n), ref)
 
-def torch_rows(sizes, repeats: int, fp16: bool = True) -> list[dict]:
+
+def _inputs(dtype: str, shape: tuple[int, int], rng) -> tuple[np.ndarray, np.ndarray]:
+    """(what is uploaded, its values as float32): uniform [-1, 1) rounded to fp16 or bf16."""
+    x = rng.uniform(-1, 1, shape).astype(np.float32)
+    if dtype == "f16":
+        h = x.astype(np.float16)
+        return h, h
+    return bf16_round(x)
+
+
+def torch_rows(sizes, repeats: int, kinds=("fp32", "fp16", "bf16")) -> list[dict]:
     try:
         import torch
     except ImportError:
@@ -217,8 +313,10 @@ def torch_rows(sizes, repeats: int, fp16: bool = True) -> list[dict]:
     torch.backends.cudnn.allow_tf32 = False
     out = []
     for m, n, k in sizes:
-        kinds = ((torch.float32, "torch fp32 (TF32 off)"), (torch.float16, "torch fp16"))
-        for dtype, label in kinds if fp16 else kinds[:1]:
+        for dtype, label in ((torch.float32, "torch fp32 (TF32 off)"), (torch.float16, "torch fp16"),
+                             (torch.bfloat16, "torch bf16")):
+            if label.split()[1] not in kinds:
+                continue
             a = torch.rand(m, k, device="cuda", dtype=dtype) * 2 - 1
             b = torch.rand(k, n, device="cuda", dtype=dtype) * 2 - 1
             for _ in range(3):
@@ -279,6 +377,26 @@ def fastest_fp32(rows: list[dict], size: tuple[int, int, int], variants) -> list
     return sorted(ran, key=lambda v: -speed[fp32_name(*v)])
 
 
+def print_coop_ranking(rows: list[dict]) -> None:
+    """Per kind (fp16, bf16) and size: the variants fastest first, with the ratio to torch fp16 and
+    to torch of the same input type, of the same run."""
+    def peer(label: str, size) -> float | None:
+        return next((r["tflops"] for r in rows if r["kind"] == "torch" and (r["m"], r["n"], r["k"]) == size
+                     and r["variant"] == label), None)
+
+    for kind in ("fp16", "bf16"):
+        for size in sorted({(r["m"], r["n"], r["k"]) for r in rows if r["kind"] == kind}):
+            p16, same = peer("torch fp16", size), peer(f"torch {kind}", size)
+            ran = sorted((r for r in rows if r["kind"] == kind and (r["m"], r["n"], r["k"]) == size
+                          and r["tflops"] == r["tflops"]), key=lambda r: -r["tflops"])
+            head = ", ".join(f"{lab} {v:.2f} TFLOP/s" for lab, v in (("torch fp16", p16), (f"torch {kind}", same)) if v)
+            print(f"{kind} ranking {size[0]}x{size[1]}x{size[2]} ({head or 'no torch peer'}):")
+            for i, r in enumerate(ran, 1):
+                ratios = "  ".join(f"{r['tflops'] / v:5.3f}x {lab}" for lab, v in (("fp16", p16), (kind, same)) if v)
+                print(f"  {i:2d}. {r['variant']:<30} {r['tflops']:8.2f} TFLOP/s  {ratios}  NMSE {r['nmse']:.1e}  "
+                      f"{r['note']}", flush=True)
+
+
 def print_fp32_ranking(rows: list[dict]) -> None:
     """Per size: the fp32 variants fastest first, with the ratio to torch fp32 of the same run."""
     sizes = sorted({(r["m"], r["n"], r["k"]) for r in rows if r["kind"] == "fp32"})
@@ -311,46 +429,65 @@ def main(argv: list[str] | None = None) -> int:
                     help="sizes in place of 4096^3 and 8192^3")
     ap.add_argument("--top", type=int, default=6,
                     help="fp32 at the larger sizes: the default and the N fastest of the first size")
+    ap.add_argument("--kinds", default="fp32,fp16,bf16",
+                    help="comma-separated subset of fp32, fp16, bf16 (default: all)")
     ap.add_argument("--json", type=Path, help="also write the rows as JSON here")
     args = ap.parse_args(argv)
+    kinds = ["fp32"] if args.fp32_only else [k.strip() for k in args.kinds.split(",") if k.strip()]
+    bad = sorted(set(kinds) - {"fp32", "fp16", "bf16"})
+    if bad:
+        ap.error(f"--kinds: unknown {bad} (choose from fp32, fp16, bf16)")
     start = time.monotonic()
     rng = np.random.default_rng(0)
     if args.small:
         sizes = [(256, 256, 256), (201, 137, 75)]  # aligned, then the general (scalar) paths
         fp32_variants = SMALL_FP32_VARIANTS
-        f16_tiles = [F16_TILES[0], F16_TILES[5]]
+        khr_tiles = [F16_TILES[0], F16_TILES[5]]
+        cm2_tiles = [CM2_TILES[0], CM2_TILES[-1]]
         repeats = args.repeats or 3
     else:
         sizes = args.sizes or [(4096, 4096, 4096), (8192, 8192, 8192)]
-        fp32_variants, f16_tiles = args.fp32_variant or FP32_VARIANTS, F16_TILES
+        fp32_variants, khr_tiles, cm2_tiles = args.fp32_variant or FP32_VARIANTS, KHR_COOP_TILES, CM2_TILES
         repeats = args.repeats or 5
     rows: list[dict] = []
+    if not args.no_torch:  # first: a later time-out or device loss does not lose the peer's figures
+        rows += torch_rows(sizes, repeats, kinds)
     with VulkanBackend(args.device) as be:
         props = be.device_properties
         default = KernelPolicy(props)
         emulate = args.emulate_coop or (args.small and bool(default.matmul_f16_unsupported()))
         print(f"device: {props['device_name']} ({props.get('driver_info', '')}), subgroup "
               f"{props.get('subgroup_size')}, shared {props.get('max_shared_memory')} B", flush=True)
+        for line in coop_properties(props):
+            print(line, flush=True)
+        for dtype in ("f16", "bf16"):
+            path = default.matmul_f16_path(dtype)
+            tile = default.matmul_f16_cm2_tile(dtype) if path == "coopmat2" else default.matmul_f16_tile
+            why = default.matmul_f16_cm2_unsupported(dtype) or "-"
+            print(f"default {dtype}: path {path or 'none'} tile {tile if path else '-'} "
+                  f"(coopmat2: {why}; khr: {default.matmul_f16_unsupported(dtype) or 'supported'})", flush=True)
         print(f"defaults: matmul_tile {default.matmul_tile} group {default.matmul_group_m} stages "
-              f"{default.matmul_stages} warp_n {default.matmul_warp_n}; matmul_f16_tile {default.matmul_f16_tile} "
-              f"({'supported' if not default.matmul_f16_unsupported() else default.matmul_f16_unsupported()})",
-              flush=True)
+              f"{default.matmul_stages} warp_n {default.matmul_warp_n}", flush=True)
         probe = Probe(be, repeats, start + args.budget, emulate)
-        auto = (default.matmul_tile[:5] + (default.matmul_group_m,), default.matmul_warp_n)
-        variants = [auto] + [v for v in fp32_variants if v != auto]
-        for i, size in enumerate(sizes):
-            probe.fp32(size, variants, rng)
-            if i == 0:  # the larger sizes take the default and the fastest few of the first
-                variants = [auto] + [v for v in fastest_fp32(probe.rows, size, variants) if v != auto][:args.top]
-        if not args.small:  # the general path at an odd size: the default and the fastest
-            probe.fp32((4095, 4095, 4095), variants[:2], rng)
-        if not args.fp32_only:
+        if "fp32" in kinds:
+            auto = (default.matmul_tile[:5] + (default.matmul_group_m,), default.matmul_warp_n)
+            variants = [auto] + [v for v in fp32_variants if v != auto]
+            for i, size in enumerate(sizes):
+                probe.fp32(size, variants, rng)
+                if i == 0:  # the larger sizes take the default and the fastest few of the first
+                    variants = [auto] + [v for v in fastest_fp32(probe.rows, size, variants) if v != auto][:args.top]
+            if not args.small:  # the general path at an odd size: the default and the fastest
+                probe.fp32((4095, 4095, 4095), variants[:2], rng)
+        for kind, dtype in (("fp16", "f16"), ("bf16", "bf16")):
+            if kind not in kinds:
+                continue
+            # emulated: the KHR kernel stands in for both paths, so only its tiles are run
+            variants = ([] if emulate else [("coopmat2", t) for t in cm2_tiles]) + [("khr", t) for t in khr_tiles]
             for size in sizes:
-                probe.f16(size, f16_tiles, rng)
+                probe.coop(dtype, size, variants, rng)
         rows += probe.rows
-    if not args.no_torch:
-        rows += torch_rows(sizes, repeats, fp16=not args.fp32_only)
     print_fp32_ranking(rows)
+    print_coop_ranking(rows)
     best = {}
     for r in rows:
         key = (r["kind"], r["m"], r["n"], r["k"])

