@@ -559,9 +559,10 @@ class KernelPolicy:
         if path == "khr":
             return self.matmul_f16(self.matmul_f16_vec(n, k), dtype=dtype), self.matmul_f16_grid(m, n)
         forced = self.matmul_f16_path_option
-        why = (self.matmul_f16_cm2_unsupported(dtype) if forced == "coopmat2"
-               else self.matmul_f16_unsupported(dtype) or
-               f"no matmul_f16 tile fits {self.props.get('device_name')}'s limits")
+        khr_why = (self.matmul_f16_unsupported(dtype)
+                   or f"no matmul_f16 tile fits {self.props.get('device_name')}'s limits")
+        cm2_why = self.matmul_f16_cm2_unsupported(dtype)
+        why = {"coopmat2": cm2_why, "khr": khr_why}.get(forced, f"{khr_why} (VK_NV_cooperative_matrix2: {cm2_why})")
         from kbench.runtime import UnsupportedFeatureError
 
         raise UnsupportedFeatureError(f"matmul_{dtype}: {why}", "cooperative_matrix")

@@ -97,9 +97,18 @@ class NumpyBackend(ComputeBackend):
         ha, hb, ho, m, n, k = check_matmul_f16(self, a, b, out, m, n, k)
         self._matmul_f16(ha, hb, ho, m, n, k)
 
-    def _matmul_f16(self, a: BufferHandle, b: BufferHandle, out: BufferHandle, m: int, n: int, k: int) -> None:
-        A = self._bytes(a)[:2 * m * k].view("<f2").astype(np.float64).reshape(m, k)
-        B = self._bytes(b)[:2 * k * n].view("<f2").astype(np.float64).reshape(k, n)
+    def matmul_bf16(self, a: BufferHandle, b: BufferHandle, out: BufferHandle, m: int, n: int, k: int) -> None:
+        """:meth:`matmul_f16` with A and B bfloat16 (16-bit patterns): the float64 product of their
+        exact values, rounded once to float32 (the reference of VulkanBackend.matmul_bf16)."""
+        from kbench.backend.base import check_matmul_f16
+
+        ha, hb, ho, m, n, k = check_matmul_f16(self, a, b, out, m, n, k, op="matmul_bf16")
+        self._matmul_f16(ha, hb, ho, m, n, k, DType.BF16)
+
+    def _matmul_f16(self, a: BufferHandle, b: BufferHandle, out: BufferHandle, m: int, n: int, k: int,
+                    dtype: DType = DType.F16) -> None:
+        A = dequantize(self._bytes(a)[:2 * m * k].tobytes(), dtype, (m, k)).astype(np.float64)
+        B = dequantize(self._bytes(b)[:2 * k * n].tobytes(), dtype, (k, n)).astype(np.float64)
         self._write(out, 0, A @ B)
 
     def _softmax(self, input: BufferHandle, output: BufferHandle, size: int) -> None:

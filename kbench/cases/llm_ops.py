@@ -444,11 +444,11 @@ ATTENTION = Case(
 )
 
 
-from .matmul_f16 import MATMUL_F16  # noqa: E402  (its own module: the fp16 cooperative-matrix op)
+from .matmul_f16 import MATMUL_BF16, MATMUL_F16  # noqa: E402  (its own module: the fp16/bf16 cooperative-matrix ops)
 from .attention_fused import ATTENTION_FUSED  # noqa: E402  (its own module: the fused attention extension op)
 
 #: the LLM-op cases in report order; a new op's case goes here
 LLM_OP_CASES: tuple[Case, ...] = (
-    ADD, ELEMENT_MUL, SILU, SOFTMAX, SOFTMAX_LARGE, RMS_NORM, ROPE, MATMUL, MATMUL_F16, QUANTIZED_MATMUL,
+    ADD, ELEMENT_MUL, SILU, SOFTMAX, SOFTMAX_LARGE, RMS_NORM, ROPE, MATMUL, MATMUL_F16, MATMUL_BF16, QUANTIZED_MATMUL,
     ATTN_SCORE, ATTN_VALUE, ATTENTION, ATTENTION_FUSED,
 )
