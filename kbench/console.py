@@ -221,11 +221,18 @@ class RichProgress(_Lines):
         from rich.console import Console
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                    TimeRemainingColumn)
+        from rich.table import Column
 
         self.console = console or Console(stderr=True)
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                            TextColumn("{task.fields[last]}"), console=self.console, transient=False)
+        # in a narrow terminal the label and the case name give way (ellipsis), never done/total or the times
+        squeeze = {"no_wrap": True, "overflow": "ellipsis"}
+        fixed = {"no_wrap": True, "min_width": 7}
+        self.bar = Progress(TextColumn("{task.description}", table_column=Column(ratio=1, max_width=44, **squeeze)),
+                            BarColumn(bar_width=12), MofNCompleteColumn(table_column=Column(**fixed)),
+                            TimeElapsedColumn(table_column=Column(**fixed)), TextColumn("eta"),
+                            TimeRemainingColumn(table_column=Column(**fixed)),
+                            TextColumn("{task.fields[last]}", table_column=Column(ratio=2, **squeeze)),
+                            console=self.console, transient=False)
         self.task = None
         self.bar.start()
 
