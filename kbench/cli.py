@@ -128,7 +128,14 @@ _KEY_FEATURES = ("float64", "int64", "int16", "float16", "int8", "storage_buffer
 def cmd_cases(args: argparse.Namespace) -> int:
     from kbench.cases import instances
 
-    insts = instances(args.mode, args.cases or None)
+    sizes = args.sizes or "default"
+    if sizes != "default" and args.mode != "bench":
+        raise UsageError(f"--{sizes} picks bench instances: add --mode bench")
+    insts = instances(args.mode, args.cases or None, sizes=sizes)
+    if sizes == "quick":  # one size per case, as on a device where the headline size fits
+        from kbench.cases.base import pick_quick
+
+        insts = pick_quick(insts)
     if args.format == "json":
         import json
 
@@ -464,6 +471,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=("validate", "bench"), default="validate")
     p.add_argument("--format", choices=("text", "json"), default="text", help="one id per line (default) or json")
     p.add_argument("-k", "--cases", action="append", metavar="PATTERN")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--quick", dest="sizes", action="store_const", const="quick",
+                       help="with --mode bench: the cases `kbench bench --quick` runs where their headline size fits")
+    which.add_argument("--full", dest="sizes", action="store_const", const="full",
+                       help="with --mode bench: every declared size (`kbench bench --full`)")
 
     for name, text in (("report", "tables and plots from results (kbench report --help)"),
                        ("compare", "compare two result sets for regressions (kbench compare --help)"),

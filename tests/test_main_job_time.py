@@ -100,6 +100,18 @@ def test_an_unknown_size_set_is_refused():
         RunOptions(mode="bench", sizes="huge")
 
 
+def test_kbench_cases_lists_the_quick_and_full_sets(capsys):
+    from kbench.cli import main
+
+    sets = {}
+    for flag in ("--quick", None, "--full"):
+        assert main(["cases", "--mode", "bench"] + ([flag] if flag else [])) == 0
+        sets[flag] = capsys.readouterr().out.split()
+    assert len(sets["--quick"]) < len(sets[None]) < len(sets["--full"]), {k: len(v) for k, v in sets.items()}
+    assert "add[size=16777216]" in sets["--quick"] and "add[size=1048576]" not in sets["--quick"], sets["--quick"]
+    assert main(["cases", "--quick"]) == 2, "--quick lists bench instances: validate mode should be refused"
+
+
 def test_a_pattern_of_full_only_sizes_says_to_add_full(capsys):
     from kbench.cli import main
 
