@@ -83,7 +83,7 @@ def test_the_default_set_leaves_the_full_only_sizes_to_full():
     assert default < full, "--full should add instances to the default set"
     for cid in ("add[size=268435456]", "copy_buffer[size=1073741824]", "copy_roundtrip[size=536870912]",
                 "quantized_matmul[n_rows=14336,n_cols=4096,rotate_mib=256,dtype=Q5_1]",
-                "kp_sync[size=16777216,dtype=int8]"):
+                "kp_sync[size=16777216,dtype=int8]", "kp_copy[size=1048576,dtype=float16]"):
         assert cid in full and cid not in default, f"{cid} should run with --full only"
     for cid in ("add[size=16777216]", "quantized_matmul[n_rows=14336,n_cols=4096,rotate_mib=256,dtype=Q4_K]",
                 "quantized_matmul[n_rows=1024,n_cols=4096,dtype=Q5_1]", "kp_sync[size=16777216,dtype=float32]",
