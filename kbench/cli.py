@@ -289,7 +289,7 @@ def print_summary(result: Any, mode: str, stream=None, wall_s: float | None = No
             print(f"\n{title}\n{table}\n", file=stream)
         for line in _timer_checks(recs):
             print(f"  timer check: {line}", file=stream)
-    spent = time_summary(recs, wall_s)
+    spent = time_summary(recs, wall_s, sections=getattr(result, "sections", ()))
     if spent:
         print(spent, file=stream)
     for path in result.files:

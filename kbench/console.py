@@ -155,8 +155,10 @@ class _Lines:
 
 
 def format_duration(seconds: float) -> str:
-    """``42 s``, ``3 min 05 s``, ``1 h 02 min``."""
+    """``4.2 s``, ``42 s``, ``3 min 05 s``, ``1 h 02 min``."""
     seconds = max(0.0, float(seconds))
+    if seconds < 10:
+        return f"{seconds:.1f} s"
     if seconds < 60:
         return f"{seconds:.0f} s"
     minutes, sec = divmod(int(round(seconds)), 60)
@@ -352,11 +354,13 @@ def device_tables(records: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]
 
 # ----------------------------------------------------------------------- where the time went
 
-def time_summary(records: Iterable[Mapping[str, Any]], run_wall_s: float | None = None, top: int = 8) -> str:
+def time_summary(records: Iterable[Mapping[str, Any]], run_wall_s: float | None = None, top: int = 8,
+                 sections: Iterable[Mapping[str, Any]] = ()) -> str:
     """Where a run's time went, from its records' ``wall_s`` and ``phases_s`` (phases named by
     kbench.results.records.PHASES): the total per phase, largest first, with the part of the
     cases' time no phase holds as "other"; the run's wall time when given (the rest is worker
-    start, device open, writing); and the `top` slowest cases with their largest phases."""
+    start, device open, writing); each of the run's `sections` (label, wall_s, open_s: its worker's
+    start and device open); and the `top` slowest cases with their largest phases."""
     timed = [r for r in records if isinstance(r.get("wall_s"), (int, float))]
     if not timed:
         return ""
@@ -365,6 +369,8 @@ def time_summary(records: Iterable[Mapping[str, Any]], run_wall_s: float | None 
     for r in timed:
         for name, sec in (r.get("phases_s") or {}).items():
             per_phase[name] += float(sec)
+        if r.get("kind") == "peak" and not r.get("phases_s"):
+            per_phase["peaks"] += float(r["wall_s"])  # a peak's measurement is one phase
     rest = in_cases - sum(per_phase.values())
     lines = [f"where the time went: {len(timed)} result(s), {format_duration(in_cases)} in cases"
              + (f" of {format_duration(run_wall_s)} (the rest: worker start, device open, writing)"
@@ -377,6 +383,10 @@ def time_summary(records: Iterable[Mapping[str, Any]], run_wall_s: float | None 
              for n in sorted(names, key=lambda n: -per_phase[n])] if in_cases > 0 else []
     if parts:
         lines.append("  by phase: " + ", ".join(parts))
+    parts = [f"{sec.get('label')} {format_duration(float(sec.get('wall_s') or 0))}"
+             + (f" (open {float(sec['open_s']):.1f} s)" if sec.get("open_s") else "") for sec in sections]
+    if parts:
+        lines.append("  by part: " + "; ".join(parts))
     lines.append("  slowest:")
     for r in sorted(timed, key=lambda r: -float(r["wall_s"]))[:top]:
         name = str(r.get("case_id") or r.get("peak"))

@@ -198,9 +198,28 @@ def test_time_summary_names_the_phases_largest_first_and_the_slowest_cases():
     by_phase = text.splitlines()[1]
     assert by_phase.index("reference 6.0 s") < by_phase.index("setup 3.2 s") < by_phase.index("gpu_timing 1.2 s"), by_phase
     assert "other" in by_phase, f"0.8 s of the cases' time is in no phase: expected 'other', got {by_phase}"
+    assert "peaks 0.5 s" in by_phase, f"the peak's measurement should count as 'peaks': {by_phase}"
     slow = text.split("slowest:")[1].splitlines()
     assert "matmul[m=8192]" in slow[1] and "reference 6.00" in slow[1], slow
     assert "add[size=1]" in slow[2] and len(slow) == 3, f"top=2 should list two cases, got {slow}"
+
+
+def test_time_summary_names_each_part_of_the_run_with_its_device_open_time():
+    text = time_summary([_timed("add[size=1]", 1.0, setup=0.5)], run_wall_s=9.0,
+                        sections=[{"label": "GPU A [single]", "wall_s": 5.0, "open_s": 1.5},
+                                  {"label": "torch-cuda", "wall_s": 3.0, "open_s": 0.0}])
+    line = next(ln for ln in text.splitlines() if "by part:" in ln)
+    assert "GPU A [single] 5.0 s (open 1.5 s)" in line and "torch-cuda 3.0 s" in line, line
+
+
+def test_the_runner_reports_each_part_with_its_open_time(tmp_path):
+    from kbench.bench.runner import RunOptions, Runner
+
+    opts = RunOptions(mode="validate", backend="numpy", patterns=["add[size=3]"], out_dir=tmp_path)
+    result = Runner(opts).run()
+    assert len(result.sections) == 1, result.sections
+    sec = result.sections[0]
+    assert "[single]" in sec["label"] and 0 < sec["open_s"] <= sec["wall_s"], sec
 
 
 def test_time_summary_is_empty_without_timed_records():

@@ -118,6 +118,9 @@ class RunResult:
     summary: expect.Summary
     files: list[Path]
     interrupted: bool = False
+    #: each part of the run (a device in a queue configuration, a peer): its label, its wall
+    #: seconds and the seconds its worker took to start and open the device
+    sections: list[dict[str, Any]] = field(default_factory=list)
 
 
 class _LineReader:
@@ -194,6 +197,7 @@ class Runner:
         self.progress = progress or _Quiet()
         self.summary = expect.Summary()
         self.files: list[Path] = []
+        self.sections: list[dict[str, Any]] = []
         self.expectations = expect.load(options.expectation_files, default=options.default_expectations)
         if options.kernels is not None:
             if options.backend != "vulkan":
@@ -253,7 +257,7 @@ class Runner:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
         self.progress.end()
-        return RunResult(self.summary, self.files, interrupted)
+        return RunResult(self.summary, self.files, interrupted, self.sections)
 
     def _provenance(self, impl: Implementation, props: dict[str, Any] | None) -> dict[str, Any]:
         """The run header of one device's run file (kbench.results.collect_provenance)."""
@@ -344,11 +348,20 @@ class Runner:
             self.summary.add({**rec, "device_name": device})
             self.progress.advance(rec)
 
+        section = {"label": label, "wall_s": 0.0, "open_s": 0.0}
+        self.sections.append(section)
+        t0 = time.monotonic()
+
         def on_ready(event: dict[str, Any]) -> None:
             context["queues"] = event.get("queues", [])
+            if not section["open_s"]:  # the first worker's start and device open
+                section["open_s"] = round(time.monotonic() - t0, 3)
 
         ids = peak_names + [i.case_id for i in insts]
-        self._drive(job, ids, set(peak_names), on_record, on_ready)
+        try:
+            self._drive(job, ids, set(peak_names), on_record, on_ready)
+        finally:
+            section["wall_s"] = round(time.monotonic() - t0, 3)
 
     def _write(self, writer: Any, rec: dict[str, Any]) -> dict[str, Any]:
         from kbench.results.schema import RecordError
@@ -542,7 +555,11 @@ class Runner:
         props = devices[0] if devices else None
         insts = self._for_device(insts, props)
         self.progress.begin(len(insts), peer.name)
-        name, records = peer.drive(self.options.mode, insts, props, self.options.timeout)
+        t0 = time.monotonic()
+        try:
+            name, records = peer.drive(self.options.mode, insts, props, self.options.timeout)
+        finally:
+            self.sections.append({"label": peer.name, "wall_s": round(time.monotonic() - t0, 3), "open_s": 0.0})
         prov = collect_provenance(props, peer.backend, name)
         prov.update(peer.header())
         with RunWriter(self.options.out_dir, prov) as writer:
