@@ -62,10 +62,13 @@ def test_coopmat2_is_chosen_where_the_device_lists_workgroup_scope_configuration
     kernel, grid = pol.matmul_f16_plan(4096, 8192, 4096)
     bm, bn, bk, threads = KernelPolicy.MATMUL_CM2_TILES[0]
     assert kernel.spv == "matmul_coop2.f16.spv"
-    assert kernel.spec == (threads, bm, bn, bk, KernelPolicy.MATMUL_CM2_GROUP_M, 0)  # aligned: no clamping
+    # aligned: no clamping
+    assert kernel.spec == (threads, bm, bn, bk, KernelPolicy.MATMUL_CM2_GROUP_M, 0, KernelPolicy.MATMUL_CM2_PREFETCH)
     assert grid == (8192 // bn, 4096 // bm, 1)
     edge, edge_grid = pol.matmul_f16_plan(333, 517, 259)
-    assert edge.spec[-1] == 1, "a shape that is not a multiple of the tile needs clamped loads"
+    assert edge.spec[5] == 1, "a shape that is not a multiple of the tile needs clamped loads"
+    mine = KernelPolicy(_props([CM2_FEATURES], flex=[_flex("f16", 128)]), matmul_f16_cm2_tile=(64, 64, 32, 128, 2, 1))
+    assert mine.matmul_f16_plan(64, 64, 64)[0].spec == (128, 64, 64, 32, 2, 0, 1)
     assert edge_grid == (-(-517 // bn), -(-333 // bm), 1)
 
 
@@ -87,7 +90,7 @@ def test_khr_is_chosen_without_coopmat2_and_nothing_without_either():
 def test_tiles_follow_the_listed_workgroup_sizes_and_granularities():
     # only 128-invocation workgroups of granularity 32: the first default that fits is taken
     pol = KernelPolicy(_props([CM2_FEATURES], flex=[_flex("f16", 128, gran=32)]))
-    bm, bn, bk, threads, group = pol.matmul_f16_cm2_tile("f16")
+    bm, bn, bk, threads, group, prefetch = pol.matmul_f16_cm2_tile("f16")
     assert threads == 128 and bm % 32 == 0 and bn % 32 == 0 and bk % 32 == 0
     assert (bm, bn, bk, threads) in KernelPolicy.MATMUL_CM2_TILES
     # a requested tile is checked against the list
@@ -98,7 +101,9 @@ def test_tiles_follow_the_listed_workgroup_sizes_and_granularities():
     odd = KernelPolicy(_props([CM2_FEATURES], flex=[_flex("f16", 96)]))
     assert odd.matmul_f16_path("f16") == "khr"
     assert "no matmul_coop2 tile fits" in odd.matmul_f16_cm2_unsupported("f16")
-    with pytest.raises(ValueError, match=r"matmul_f16_cm2_tile must be a tuple of 4 or 5 ints"):
+    with pytest.raises(ValueError, match=r"PREFETCH=2 must be 0 or 1"):
+        KernelPolicy(_props(), matmul_f16_cm2_tile=(64, 64, 32, 128, 1, 2))
+    with pytest.raises(ValueError, match=r"matmul_f16_cm2_tile must be a tuple of 4 or 5 or 6 ints"):
         KernelPolicy(_props(), matmul_f16_cm2_tile=(64, 64, 32))
     with pytest.raises(ValueError, match=r"matmul_f16_path must be None .* got 'nv'"):
         KernelPolicy(_props(), matmul_f16_path="nv")
@@ -140,7 +145,7 @@ def test_coop2_shaders_declare_what_the_policy_checks():
         info = reflect(load_spirv(f"matmul_coop2.{dtype}.spv"))
         needed = {key for key, _ in info.required_features()}
         assert needed <= checked | extra, f"{dtype}: unchecked {needed - checked - extra}"
-        assert [s.spec_id for s in sorted(info.spec_constants.values(), key=lambda s: s.spec_id)] == list(range(6))
+        assert [s.spec_id for s in sorted(info.spec_constants.values(), key=lambda s: s.spec_id)] == list(range(7))
 
 
 # -- bf16 numbers -----------------------------------------------------------------------------------

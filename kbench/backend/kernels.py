@@ -213,7 +213,7 @@ class KernelPolicy:
     ``matmul_tile`` = (BM, BN, BK, TM, TN[, GROUP_M]), ``matmul_warp_n`` (invocations along n in each
     32-invocation patch of matmul.comp, 0 = row-major; None: :meth:`matmul`'s rule), ``matmul_f16_tile`` = (WG_M, WG_N, SG_M, SG_N,
     BK[, GROUP_M]) (see :meth:`matmul` / :meth:`matmul_f16`), ``matmul_f16_cm2_tile`` = (BM, BN, BK,
-    THREADS[, GROUP_M]) and ``matmul_f16_path`` (None: automatic, "coopmat2" or "khr"; see
+    THREADS[, GROUP_M[, PREFETCH]]) and ``matmul_f16_path`` (None: automatic, "coopmat2" or "khr"; see
     :meth:`matmul_f16_plan`), ``single_group_limit`` (largest softmax/rms_norm
     size done by one workgroup), ``grid_limit`` (cap on the grid's x dimension, below the
     device's maxComputeWorkGroupCount[0]; exercises the spread-over-y path in tests).
@@ -450,13 +450,14 @@ class KernelPolicy:
         return ""
 
     # -- the same product on workgroup-scope matrices (VK_NV_cooperative_matrix2,
-    # shaders/matmul_coop2.comp): matmul_f16_cm2_tile = (BM, BN, BK, THREADS[, GROUP_M]), one
-    # BM x BN accumulator per workgroup of THREADS invocations, BK-deep slices loaded through
-    # tensor layouts.  The default is the first of MATMUL_CM2_TILES the device's
+    # shaders/matmul_coop2.comp): matmul_f16_cm2_tile = (BM, BN, BK, THREADS[, GROUP_M[, PREFETCH]]),
+    # one BM x BN accumulator per workgroup of THREADS invocations, BK-deep slices loaded through
+    # tensor layouts (PREFETCH 1: the next slice's loads issued before the current multiply).  The default is the first of MATMUL_CM2_TILES the device's
     # flexible-dimension list admits (granularities and workgroup size).
     MATMUL_CM2_TILES = ((128, 256, 64, 256), (256, 128, 64, 256), (128, 128, 64, 256), (128, 128, 32, 128),
                         (64, 64, 32, 128), (64, 64, 16, 64), (32, 32, 16, 32))
     MATMUL_CM2_GROUP_M = 8
+    MATMUL_CM2_PREFETCH = 0
     _CM2_FEATURES = (("cooperative_matrix", "VK_KHR_cooperative_matrix cooperativeMatrix"),
                      ("cooperative_matrix2_workgroup_scope", "VK_NV_cooperative_matrix2 cooperativeMatrixWorkgroupScope"),
                      ("cooperative_matrix2_flexible_dimensions",
@@ -492,9 +493,10 @@ class KernelPolicy:
     def _check_cm2_tile(self, tile) -> tuple[int, ...] | None:
         if tile is None:
             return None
-        tile = _int_tuple("matmul_f16_cm2_tile", tile, (4, 5), "(BM, BN, BK, THREADS[, GROUP_M])")
+        tile = _int_tuple("matmul_f16_cm2_tile", tile, (4, 5, 6), "(BM, BN, BK, THREADS[, GROUP_M[, PREFETCH]])")
         problem = (("every size must be positive" if min(tile[:4]) <= 0 else "")
-                   or _group_problem(tile[4] if len(tile) == 5 else 1))
+                   or _group_problem(tile[4] if len(tile) >= 5 else 1)
+                   or ("" if len(tile) < 6 or tile[5] in (0, 1) else f"PREFETCH={tile[5]} must be 0 or 1"))
         if problem:
             raise ValueError(f"matmul_f16_cm2_tile {tile!r} is invalid: {problem}")
         return tile
@@ -518,16 +520,17 @@ class KernelPolicy:
                 f"(granularity M, N, K and workgroup size: {offered})")
 
     def matmul_f16_cm2_tile(self, dtype: str = "f16") -> tuple[int, ...]:
-        """(BM, BN, BK, THREADS, GROUP_M) of matmul_coop2.comp for dtype on this device."""
+        """(BM, BN, BK, THREADS, GROUP_M, PREFETCH) of matmul_coop2.comp for dtype on this device."""
         tile = self.matmul_f16_cm2_tile_option
+        defaults = (self.MATMUL_CM2_GROUP_M, self.MATMUL_CM2_PREFETCH)
         if tile is not None:
             problem = self._cm2_tile_problem(tile, dtype)
             if problem:
                 raise ValueError(f"matmul_f16_cm2_tile {tile!r} does not fit this device: {problem}")
-            return tuple(tile[:4]) + ((tile[4] if len(tile) == 5 else self.MATMUL_CM2_GROUP_M),)
+            return tuple(tile) + defaults[len(tile) - 4:]
         for t in self.MATMUL_CM2_TILES:
             if not self._cm2_tile_problem(t, dtype):
-                return tuple(t) + (self.MATMUL_CM2_GROUP_M,)
+                return tuple(t) + defaults
         raise ValueError(f"no matmul_coop2 tile fits {self.props.get('device_name')}")
 
     def matmul_f16_path(self, dtype: str = "f16") -> str:
@@ -552,9 +555,9 @@ class KernelPolicy:
             return kernel, self.matmul_f16_grid(m, n)
         path = self.matmul_f16_path(dtype)
         if path == "coopmat2":
-            bm, bn, bk, threads, group = self.matmul_f16_cm2_tile(dtype)
+            bm, bn, bk, threads, group, prefetch = self.matmul_f16_cm2_tile(dtype)
             clamp = int(bool(m % bm or n % bn or k % bk))
-            kernel = Kernel(f"matmul_coop2.{dtype}.spv", (threads, bm, bn, bk, group, clamp), PUSH_MATMUL)
+            kernel = Kernel(f"matmul_coop2.{dtype}.spv", (threads, bm, bn, bk, group, clamp, prefetch), PUSH_MATMUL)
             return kernel, self._block_grid("matmul_f16", m, n, bm, bn)
         if path == "khr":
             return self.matmul_f16(self.matmul_f16_vec(n, k), dtype=dtype), self.matmul_f16_grid(m, n)
