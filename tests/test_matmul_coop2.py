@@ -335,3 +335,16 @@ def test_an_output_needing_a_newer_glslang_keeps_its_committed_spirv(tmp_path, m
     (spv / new.name).unlink()
     with pytest.raises(build.CompilerTooOld, match=r"demo.new.spv: needs glslang >= 99.0"):
         build.build(outs, spv_dir=spv, verbose=False)
+
+
+def test_the_probe_takes_cooperative_matrix_variants_from_the_command_line():
+    import argparse
+
+    from kbench.probes.matmul import parse_coop_variant
+
+    assert parse_coop_variant("cm2:128x256x64x256x8x1") == ("coopmat2", (128, 256, 64, 256, 8, 1))
+    assert parse_coop_variant("khr:2x4x4x2x32x8") == ("khr", (2, 4, 4, 2, 32, 8))
+    with pytest.raises(argparse.ArgumentTypeError, match=r"must start with cm2: or khr:"):
+        parse_coop_variant("nv:1x2x3x4x5x6")
+    with pytest.raises(argparse.ArgumentTypeError, match=r"needs 6 numbers \(BMxBNxBKxTHREADSxGROUP_MxPREFETCH\)"):
+        parse_coop_variant("cm2:128x256")

@@ -361,6 +361,23 @@ def parse_fp32_variant(text: str) -> tuple[tuple[int, ...], int]:
     return parts, warp_n
 
 
+def parse_coop_variant(text: str) -> tuple[str, tuple[int, ...]]:
+    """"cm2:128x256x64x256x8x1" -> ("coopmat2", (128, 256, 64, 256, 8, 1)); "khr:2x4x4x2x32x8" ->
+    ("khr", (2, 4, 4, 2, 32, 8)): a cooperative-matrix variant for --coop-variant."""
+    path, _, tile = text.partition(":")
+    want = {"cm2": ("coopmat2", 6, "BMxBNxBKxTHREADSxGROUP_MxPREFETCH"), "khr": ("khr", 6, "WG_MxWG_NxSG_MxSG_NxBKxGROUP_M")}
+    if path not in want:
+        raise argparse.ArgumentTypeError(f"coop variant {text!r} must start with cm2: or khr:")
+    name, count, shape = want[path]
+    try:
+        parts = tuple(int(v) for v in tile.split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"coop variant {text!r} is not {path}:{shape}") from None
+    if len(parts) != count:
+        raise argparse.ArgumentTypeError(f"coop variant {text!r} needs {count} numbers ({shape})")
+    return name, parts
+
+
 def parse_sizes(text: str) -> list[tuple[int, int, int]]:
     """"4096,4096,4096;8192,8192,8192" -> [(4096, 4096, 4096), (8192, 8192, 8192)]."""
     try:
@@ -428,6 +445,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fp32-only", action="store_true", help="only the fp32 variants (and torch fp32)")
     ap.add_argument("--fp32-variant", action="append", default=[], metavar="BMxBNxBKxTMxTNxGROUP_M[:wWARP_N]",
                     type=parse_fp32_variant, help="fp32 variants to run in place of the built-in list (repeat)")
+    ap.add_argument("--coop-variant", action="append", default=[], type=parse_coop_variant,
+                    metavar="cm2:BMxBNxBKxTHREADSxGROUP_MxPREFETCH|khr:WG_MxWG_NxSG_MxSG_NxBKxGROUP_M",
+                    help="fp16/bf16 variants to run in place of the built-in lists (repeat)")
     ap.add_argument("--sizes", type=parse_sizes, default=None, metavar="M,N,K[;M,N,K...]",
                     help="sizes in place of 4096^3 and 8192^3")
     ap.add_argument("--top", type=int, default=6,
@@ -488,6 +508,8 @@ def main(argv: list[str] | None = None) -> int:
             # (the same matrix units) takes the first few coopmat2 tiles only, to save time
             tiles = cm2_tiles if dtype == "f16" else cm2_tiles[:BF16_CM2_TILES]
             variants = ([] if emulate else [("coopmat2", t) for t in tiles]) + [("khr", t) for t in khr_tiles]
+            if args.coop_variant:
+                variants = [v for v in args.coop_variant if not (emulate and v[0] == "coopmat2")]
             for size in sizes:
                 probe.coop(dtype, size, variants, rng)
         rows += probe.rows
