@@ -194,25 +194,49 @@ float unit_dot(uvec4 q[NQ], uint extra, float d, uint b, uvec4 xl0, uvec4 xl1, u
 #endif
 }
 
-// rows row0 .. row0 + ROWS - 1 of team `team` (rows past the matrix: none, but the team still
-// takes part in the workgroup's barriers)
-void team_rows(uint team, uint tl, uint lid, uint row0, uint nb) {
-    uint rows = row0 < pc.n_rows ? min(ROWS, pc.n_rows - row0) : 0u;
+// One batch: UNROLL units of each of a team's ROWS rows.  The next batch's loads are issued
+// before the current one is decoded (two batches in registers), and a workgroup's first batch
+// before it quantizes x, so HBM is busy while x is prepared.
+uvec4 q_next[UNROLL * ROWS][NQ];
+uint extra_next[UNROLL * ROWS];
+float d_next[UNROLL * ROWS];
+
+void load_batch(uint row0, uint b0, uint nb) {
     uint nblk = nb / UNITS;  // weight blocks per row
+    for (uint u = 0u; u < UNROLL; ++u) {  // constant trip counts: unrolled
+        uint b = min(b0 + u * LANES, nb - 1u);  // a unit past the row reloads the last one, unused
+        for (uint r = 0u; r < ROWS; ++r) {
+            uint row = min(row0 + r, pc.n_rows - 1u);
+            fetch(row * nblk + b / UNITS, b, q_next[u * ROWS + r], extra_next[u * ROWS + r], d_next[u * ROWS + r]);
+        }
+    }
+}
+
+// rows row0 .. row0 + ROWS - 1 of team `team` (rows past the matrix: none, but the team still
+// takes part in the workgroup's barriers); `loaded`: its first batch is in q_next already
+void team_rows(uint team, uint tl, uint lid, uint row0, uint nb, bool loaded) {
+    uint rows = row0 < pc.n_rows ? min(ROWS, pc.n_rows - row0) : 0u;
     float acc[ROWS];
     for (uint r = 0u; r < ROWS; ++r) {
         acc[r] = 0.0;
     }
-    uvec4 q[UNROLL * ROWS][NQ];
-    uint extra[UNROLL * ROWS];
-    float d[UNROLL * ROWS];
-    for (uint b0 = tl; b0 < nb; b0 += LANES * UNROLL) {
-        for (uint u = 0u; u < UNROLL; ++u) {  // every load first (constant trip counts: unrolled)
-            uint b = min(b0 + u * LANES, nb - 1u);  // a unit past the row reloads the last one, unused
-            for (uint r = 0u; r < ROWS; ++r) {
-                uint row = min(row0 + r, pc.n_rows - 1u);
-                fetch(row * nblk + b / UNITS, b, q[u * ROWS + r], extra[u * ROWS + r], d[u * ROWS + r]);
+    if (!loaded) {
+        load_batch(row0, tl, nb);
+    }
+    const uint STEP = LANES * UNROLL;
+    for (uint b0 = tl; b0 < nb; b0 += STEP) {
+        uvec4 q[UNROLL * ROWS][NQ];
+        uint extra[UNROLL * ROWS];
+        float d[UNROLL * ROWS];
+        for (uint k = 0u; k < UNROLL * ROWS; ++k) {  // (arrays sized by spec constants copy element-wise)
+            for (uint i = 0u; i < NQ; ++i) {
+                q[k][i] = q_next[k][i];
             }
+            extra[k] = extra_next[k];
+            d[k] = d_next[k];
+        }
+        if (b0 + STEP < nb) {
+            load_batch(row0, b0 + STEP, nb);
         }
         for (uint u = 0u; u < UNROLL; ++u) {
             uint b = b0 + u * LANES;
@@ -306,6 +330,7 @@ void main() {
         return;  // whole workgroup: no barrier is skipped by part of it
     }
     uint nb = pc.n_cols >> 5u;
+    load_batch(group * group_rows + team * ROWS, tl, nb);
 #if defined(XQ_WG)
     for (uint b = lid; b < nb; b += gl_WorkGroupSize.x) {
         quantize_block(b);
@@ -313,6 +338,6 @@ void main() {
     barrier();
 #endif
     for (uint g = group; g * group_rows < pc.n_rows; g += n_groups) {  // uniform over the workgroup
-        team_rows(team, tl, lid, g * group_rows + team * ROWS, nb);
+        team_rows(team, tl, lid, g * group_rows + team * ROWS, nb, g == group);
     }
 }

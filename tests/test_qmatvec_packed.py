@@ -272,6 +272,18 @@ def test_x_in_shared_memory_is_refused_where_it_does_not_fit():
         pol.qmatvec(DType.Q4_0, 14336, 4096)  # 448 blocks: 30 KiB
 
 
+def test_x_in_shared_memory_counts_every_array_of_the_shader():
+    # lo and hi bytes (64), the scale (4) and the two sums of q (8) per block of 32: leaving out
+    # the sums let a 512-lane, 8-row workgroup over 448 blocks ask for 50 KiB on a 48 KiB device
+    # (a lost device on the H200, no error anywhere before it)
+    assert KernelPolicy.qmatvec_xwg_bytes(14336) == 448 * 76
+    pol = KernelPolicy({**_props(integer_dot_product=True), "max_shared_memory": 49152})
+    pol.configure_qmatvec(layout="packed", xq="workgroup", lanes=32, teams=16, rows=8)
+    k = pol.qmatvec(DType.Q4_0, 14336, 4096)
+    shared = KernelPolicy.qmatvec_xwg_bytes(14336) + 4 * k.spec[0] * k.spec[1]
+    assert shared <= 49152 and k.spec[1] == 4, f"rows per team cut to fit, got spec {k.spec} ({shared} bytes)"
+
+
 def test_the_automatic_layout_packs_only_large_products_on_gpus(monkeypatch):
     monkeypatch.setattr(KernelPolicy, "QMATVEC_LAYOUT", "packed")
     gpu = KernelPolicy(_props(integer_dot_product=True))

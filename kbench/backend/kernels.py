@@ -1047,7 +1047,7 @@ class KernelPolicy:
             wg = lanes * teams
         rows = max(1, min(int(cfg.get("rows") or auto["rows"]), lanes))  # lane r of a team writes row r
         unroll = int(cfg.get("unroll") or auto["unroll"])
-        x_shared = self.qmatvec_xq_bytes(n_cols) if cfg.get("xq") == "workgroup" else 0
+        x_shared = self.qmatvec_xwg_bytes(n_cols) if cfg.get("xq") == "workgroup" else 0
 
         def shared_bytes(rows: int) -> int:  # x (if held) + the reduction's partial sums
             return x_shared + 4 * wg * rows
@@ -1083,6 +1083,12 @@ class KernelPolicy:
         """Bytes of repacked weights: the GGUF quants 16-byte aligned, then the fp16 scales."""
         blocks = n_rows * (n_cols // dtype.block_elems)
         return blocks * (dtype.block_bytes - 2) + 4 * _ceil_div(blocks, 2)
+
+    @staticmethod
+    def qmatvec_xwg_bytes(n_cols: int) -> int:
+        """Shared memory of x quantized by each workgroup of qmatvec_packed.comp (variant xwg): per
+        block of 32, 32 lo and 32 hi bytes, the scale and two sums of q."""
+        return 76 * (n_cols // 32)
 
     @staticmethod
     def qmatvec_xq_bytes(n_cols: int) -> int:
