@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 
 import pytest
 
@@ -361,3 +362,94 @@ def test_bench_quick_on_the_cpu_driver_runs_one_size_per_case_and_prints_where_t
             assert "gpu_timing" in r["phases_s"], f"a lavapipe bench case is GPU-timed: {r['phases_s']}"
     assert "where the time went: 2 result(s)" in out.out and "slowest:" in out.out, out.out
     assert "[1/2]" in out.err and "[2/2]" in out.err, f"expected a progress line per case:\n{out.err}"
+
+
+# ------------------------------------------------------------------ host arrays kept for the peer
+
+def test_a_slow_array_set_is_made_once_per_run_and_read_back_bit_for_bit(tmp_path, monkeypatch):
+    import numpy as np
+
+    from kbench.bench import host_cache
+
+    monkeypatch.setenv(host_cache.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(host_cache, "MIN_SECONDS", 0.0)
+    made = []
+
+    def make():
+        made.append(1)
+        return {"w": np.arange(12, dtype=np.uint8).reshape(3, 4), "x": np.linspace(0, 1, 5)}
+
+    stem = host_cache.key("qmm[n=1]", 0, 0, "inputs")
+    first = host_cache.cached(stem, make)
+    again = host_cache.cached(stem, make)
+    assert len(made) == 1, f"the set should be made once, made {len(made)} times"
+    for name in first:
+        assert again[name].dtype == first[name].dtype and np.array_equal(again[name], first[name]), name
+        assert again[name].shape == first[name].shape
+    other = host_cache.cached(host_cache.key("qmm[n=1]", 1, 0, "inputs"), make)  # another seed: made again
+    assert len(made) == 2 and np.array_equal(other["w"], first["w"])
+
+
+def test_fast_sets_and_runs_without_a_cache_directory_make_the_arrays_every_time(tmp_path, monkeypatch):
+    import numpy as np
+
+    from kbench.bench import host_cache
+
+    made = []
+
+    def make():
+        made.append(1)
+        return {"x": np.zeros(3)}
+
+    monkeypatch.delenv(host_cache.CACHE_ENV, raising=False)
+    host_cache.cached("a", make), host_cache.cached("a", make)
+    monkeypatch.setenv(host_cache.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(host_cache, "MIN_SECONDS", 60.0)
+    host_cache.cached("b", make), host_cache.cached("b", make)
+    assert len(made) == 4 and not list(tmp_path.iterdir()), "nothing should be kept"
+
+
+def test_the_second_implementation_of_an_instance_reuses_inputs_and_reference(tmp_path, monkeypatch):
+    import dataclasses
+
+    from test_cases import numpy_target
+
+    from kbench.bench import host_cache
+    from kbench.bench.execute import run_instance
+    from kbench.cases import Instance
+
+    monkeypatch.setenv(host_cache.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(host_cache, "MIN_SECONDS", 0.0)
+    calls = {"generate": 0, "reference": 0}
+    add = get_case("add")
+
+    def generate(p, rng):
+        calls["generate"] += 1
+        return add.generate(p, rng)
+
+    def reference(inp, p):
+        calls["reference"] += 1
+        return add.reference(inp, p)
+
+    case = dataclasses.replace(add, generate=generate, reference=reference)
+    inst = Instance(case, {"size": 1000})
+    recs = [run_instance(inst, numpy_target(), "validate", seed=3) for _ in range(2)]
+    assert [r["status"] for r in recs] == ["pass", "pass"], [r.get("reason") for r in recs]
+    assert calls == {"generate": 1, "reference": 1}, f"the second run should read both sets back: {calls}"
+    assert recs[0]["metric"] == recs[1]["metric"], "the same inputs should give the same error"
+
+
+def test_a_killed_runs_cache_directory_is_removed_by_the_next_run(tmp_path, monkeypatch):
+    import tempfile
+
+    from kbench.bench import host_cache
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = tmp_path / f"{host_cache.PREFIX}999999999-abcd"  # no such pid
+    live = tmp_path / f"{host_cache.PREFIX}{os.getpid()}-abcd"
+    for d in (dead, live):
+        (d / "set").mkdir(parents=True)
+    fresh = host_cache.new_directory()
+    assert not dead.exists(), "the killed run's arrays should be gone"
+    assert live.exists(), "a running kbench's directory must stay"
+    assert not fresh.exists() and fresh.parent == tmp_path, "the new directory is made only when something is kept"

@@ -18,6 +18,7 @@ from kbench.cases.base import CaseFailure, Instance
 from kbench.cases.compare import Verdict, judge_exact, judge_nmse
 from kbench.results.records import case_record, phase_fields
 
+from . import host_cache
 from .clocks import read_clocks
 from .targets import Lane, Target
 from .timing import CPU_POLICY, GPU_POLICY, Phases, TimingPolicy, host_samples, stats, throughput
@@ -189,7 +190,8 @@ def _run_instance(inst: Instance, target: Target, mode: str, rec: dict[str, Any]
         for k, lane in enumerate(target.lanes):
             rng = np.random.default_rng(shard_seed(seed, inst.case_id, k))
             with phases("inputs"):
-                inputs = case.generate(params, rng)
+                inputs = host_cache.cached(host_cache.key(inst.case_id, seed, k, "inputs"),
+                                           lambda: case.generate(params, rng))
             shards.append(inputs)
             with phases("setup"):
                 states.append((lane, case.setup(lane, inputs, params)))
@@ -201,7 +203,8 @@ def _run_instance(inst: Instance, target: Target, mode: str, rec: dict[str, Any]
         verdicts = []
         for k, (inputs, out) in enumerate(zip(shards, outputs)):
             with phases("reference"):
-                reference = case.reference(inputs, params)
+                reference = host_cache.cached(host_cache.key(inst.case_id, seed, k, "reference"),
+                                              lambda: case.reference(inputs, params))
             with phases("check"):
                 v = _judge(inst, out, reference)
             del reference

@@ -26,6 +26,7 @@ from kbench.cases.base import SIZE_SETS, pick_quick
 from kbench.results.records import case_error, case_record
 
 from . import expectations as expect
+from . import host_cache
 from .devices import foreign_implementations, select_devices
 from .execute import default_max_bytes, size_reason
 from .implementations import Implementation, main_kinds, peer_kinds, resolve
@@ -198,6 +199,7 @@ class Runner:
         self.summary = expect.Summary()
         self.files: list[Path] = []
         self.sections: list[dict[str, Any]] = []
+        self._host_cache = ""  # the run's kbench.bench.host_cache directory while it runs
         self.expectations = expect.load(options.expectation_files, default=options.default_expectations)
         if options.kernels is not None:
             if options.backend != "vulkan":
@@ -244,6 +246,9 @@ class Runner:
             previous = signal.signal(signal.SIGTERM, _on_sigterm)
         except ValueError:
             pass  # not the main thread: signals stay as they are
+        # inputs and references slow to make, kept for the run's other implementations (the peer)
+        cache = host_cache.new_directory()
+        self._host_cache = str(cache)
         try:
             devices = self.devices()
             for impl, insts in self.plan:
@@ -256,6 +261,8 @@ class Runner:
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
+            self._host_cache = ""
+            host_cache.remove(cache)
         self.progress.end()
         return RunResult(self.summary, self.files, interrupted, self.sections)
 
@@ -402,6 +409,8 @@ class Runner:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")]))
         env[PARENT_ENV] = str(os.getpid())
+        if self._host_cache:
+            env[host_cache.CACHE_ENV] = self._host_cache
         try:
             proc = subprocess.Popen([sys.executable, "-m", "kbench.bench.worker"], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=err_file, env=env, start_new_session=True)
