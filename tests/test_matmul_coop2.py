@@ -348,3 +348,58 @@ def test_the_probe_takes_cooperative_matrix_variants_from_the_command_line():
         parse_coop_variant("nv:1x2x3x4x5x6")
     with pytest.raises(argparse.ArgumentTypeError, match=r"needs 6 numbers \(BMxBNxBKxTHREADSxGROUP_MxPREFETCH\)"):
         parse_coop_variant("cm2:128x256")
+
+
+def test_raw_structs_chain_after_and_before_the_bindings_structs():
+    """No device needed: a RawStruct's pNext may be a struct the bindings return by value (as
+    query_features and the feature chain give it), another RawStruct or nothing, and a
+    bindings struct may point at a RawStruct."""
+    from kbench.runtime._vk import ffi, vk
+    from kbench.runtime.device import RawStruct
+
+    khr = vk.VkPhysicalDeviceCooperativeMatrixFeaturesKHR(cooperativeMatrix=vk.VK_TRUE)
+    raw = RawStruct(1000593000, ["a", "b"], khr, b=1)
+    assert raw.pnext == ffi.addressof(khr)
+    assert ffi.cast("VkPhysicalDeviceCooperativeMatrixFeaturesKHR *", raw.pnext).cooperativeMatrix == 1
+    assert (raw["a"], raw["b"], raw.buf[0]) == (0, 1, 1000593000)
+    outer = RawStruct(1000141000, ["x"], raw)
+    assert outer.pnext == ffi.cast("void *", raw.buf)
+    assert RawStruct(7, ["x"]).pnext == ffi.NULL
+    f2 = vk.VkPhysicalDeviceFeatures2(pNext=outer.ptr)
+    assert f2.pNext == ffi.cast("void *", outer.buf)
+    with pytest.raises(ValueError):
+        raw["missing"]
+
+
+@needs_device
+def test_the_extension_structs_chain_through_the_feature_query_and_the_enable_chain():
+    """The path a device with VK_NV_cooperative_matrix2 and VK_KHR_shader_bfloat16 takes, on this
+    device: the driver ignores structs it does not know, so the chain itself is what is checked
+    (it once failed on the H200 only: a by-value struct where a pointer belongs)."""
+    from kbench.runtime._vk import ffi, vk
+    from kbench.runtime.device import (BFLOAT16_EXT, COOPMAT2_EXT, COOPMAT_EXT, Instance,
+                                       cooperative_matrix2_properties, query_features)
+    from kbench.runtime.manager import Manager
+
+    inst = Instance.acquire()
+    try:
+        pd = inst.physical_devices()[0]
+        api = vk.vkGetPhysicalDeviceProperties(pd).apiVersion
+        if api < vk.VK_MAKE_VERSION(1, 2, 0):
+            pytest.skip("the feature chain needs a Vulkan 1.2 device")
+        exts = {COOPMAT_EXT, COOPMAT2_EXT, BFLOAT16_EXT}
+        feats, raw = query_features(pd, api, exts)
+        assert raw["coop2"] is not None and raw["bf16"] is not None
+        assert raw["bf16"].pnext == ffi.cast("void *", raw["coop2"].buf)
+        assert raw["coop2"].pnext == ffi.addressof(raw["coop"])
+        assert "cooperative_matrix2_workgroup_scope" in feats and "bfloat16_cooperative_matrix" in feats
+        props = cooperative_matrix2_properties(inst.handle, pd, exts)
+        assert set(props) >= {"workgroup_scope_max_workgroup_size", "flexible_dimensions"}
+        raw["coop"].cooperativeMatrix = vk.VK_TRUE
+        raw["coop2"]["cooperativeMatrixWorkgroupScope"] = 1
+        chain = Manager._feature_chain(None, raw, api, True, True, True)
+        assert chain["coop2"]["cooperativeMatrixWorkgroupScope"] == 1
+        assert chain["bf16"].pnext == ffi.cast("void *", chain["coop2"].buf)
+        assert chain["coop2"].pnext == ffi.addressof(chain["coop"])
+    finally:
+        inst.release()

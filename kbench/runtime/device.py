@@ -86,7 +86,14 @@ class RawStruct:
         self.buf = ffi.new("uint32_t[]", 4 + len(self.members))
         self.buf[0] = stype
         if pnext is not None:
+            if isinstance(pnext, RawStruct):
+                pnext = pnext.buf
+            elif ffi.typeof(pnext).kind in ("struct", "union"):
+                # the bindings' constructors return structs by value: chain their address
+                pnext = ffi.addressof(pnext)
             ffi.cast("void **", self.buf + 2)[0] = pnext
+        #: what pNext points at, kept alive as long as this struct
+        self.next = pnext
         for name, value in values.items():
             self[name] = value
 
@@ -98,8 +105,13 @@ class RawStruct:
 
     @property
     def ptr(self) -> Any:
-        """The struct's address (for a pNext)."""
-        return ffi.cast("void *", self.buf)
+        """The struct's owning memory, for a pNext (the bindings' constructors keep it alive)."""
+        return self.buf
+
+    @property
+    def pnext(self) -> Any:
+        """The pNext member as a ``void *``."""
+        return ffi.cast("void **", self.buf + 2)[0]
 
 
 def _s(x) -> str:
