@@ -268,6 +268,8 @@ layout(constant_id = 5) const uint SLOTS = 8;   // >= subgroups per workgroup (s
 // 1: the grid is (kv head blocks, chunks), so workgroups launched together read neighbouring
 // heads of the same cache rows; 0: (chunks, kv head blocks)
 layout(constant_id = 6) const uint HEADS_FIRST = 0;
+// 1: each team loads its next batch before using the current one (twice the registers)
+layout(constant_id = 7) const uint PREFETCH = 0;
 const uint HD4 = HD / 4u;
 const uint NV = (HD4 + T - 1u) / T;             // vec4 columns per lane
 
@@ -288,6 +290,20 @@ layout(push_constant) uniform Push {
 } pc;
 
 shared vec4 so[SLOTS * HBS * HD4];
+
+// K and V rows of the keys first, first + n_teams, ... (KUS of them) of this team; zeros beyond
+// the chunk (no load)
+#define LOAD_BATCH(first, K, V)                                   \
+    for (uint u = 0u; u < KUS; ++u) {                             \
+        uint key = (first) + u * n_teams;                         \
+        for (uint i = 0u; i < NV; ++i) {                          \
+            uint d4 = lane + i * T;                               \
+            bool live = key < n_keys && d4 < HD4;                 \
+            uint a = row0 + key * stride4 + d4;                   \
+            K[u * NV + i] = live ? kc[a] : vec4(0.0);             \
+            V[u * NV + i] = live ? vc[a] : vec4(0.0);             \
+        }                                                         \
+    }
 shared float sm[SLOTS * HBS];
 shared float sl[SLOTS * HBS];
 
@@ -325,17 +341,14 @@ void main() {
 
     // every lane of a team runs the same iterations, so the shuffles below (within the team) see
     // only active lanes
-    for (uint i0 = team; i0 < n_keys; i0 += KUS * n_teams) {
-        vec4 kr[KUS * NV], vr[KUS * NV];
-        for (uint u = 0u; u < KUS; ++u) {
-            uint key = i0 + u * n_teams;
-            for (uint i = 0u; i < NV; ++i) {
-                uint d4 = lane + i * T;
-                bool live = key < n_keys && d4 < HD4;
-                uint a = row0 + key * stride4 + d4;
-                kr[u * NV + i] = live ? kc[a] : vec4(0.0);
-                vr[u * NV + i] = live ? vc[a] : vec4(0.0);
-            }
+    uint step = KUS * n_teams;
+    vec4 kr[KUS * NV], vr[KUS * NV];
+    LOAD_BATCH(team, kr, vr);
+    for (uint i0 = team; i0 < n_keys; i0 += step) {
+        // PREFETCH: the next batch's loads go out before this batch's arithmetic
+        vec4 kn[KUS * NV], vn[KUS * NV];
+        if (PREFETCH != 0u) {
+            LOAD_BATCH(i0 + step, kn, vn);
         }
         float s[KUS * HBS];
         for (uint u = 0u; u < KUS; ++u) {
@@ -374,6 +387,13 @@ void main() {
                     o[j * NV + i] = fma(vec4(p), vr[u * NV + i], o[j * NV + i]);
                 }
             }
+        }
+        if (PREFETCH == 0u) {
+            LOAD_BATCH(i0 + step, kn, vn);
+        }
+        for (uint x = 0u; x < KUS * NV; ++x) {
+            kr[x] = kn[x];
+            vr[x] = vn[x];
         }
     }
 

@@ -85,8 +85,9 @@ SHAPES = [
 
 #: a streaming pass with every knob away from the device's choice: 4 lanes per row (several vec4
 #: columns each, teams merged by shuffles), 3 keys per batch (partial batches), one subgroup per
-#: workgroup (wg: the subgroup size), the grid over heads first, 8 columns per combine workgroup
-STREAM_SMALL = {"kernel": "stream", "lanes": 4, "unroll": 3, "heads_first": True, "combine_cols": 8}
+#: workgroup (wg: the subgroup size), the grid over heads first, the next batch loaded ahead, 8
+#: columns per combine workgroup
+STREAM_SMALL = {"kernel": "stream", "lanes": 4, "unroll": 3, "heads_first": True, "prefetch": True, "combine_cols": 8}
 
 
 @pytest.fixture(scope="module", params=["subgroup", "tree", "chunk16", "split", "stream_small"])
@@ -302,8 +303,9 @@ def test_policy_streams_where_the_device_has_subgroup_shuffles():
     pol = KernelPolicy(_props(features=SHUFFLES))
     plan = pol.attention(128, 8192, 32, 8)
     assert plan.stream and plan.partial.spv == "attention.partial.stream.spv"
-    # (invocations, head_dim, lanes per row, heads per workgroup, keys per batch, subgroups, heads first)
-    assert plan.partial.spec == (256, 128, 32, 4, 8, 8, 0)
+    # (invocations, head_dim, lanes per row, heads per workgroup, keys per batch, subgroups, heads first,
+    # prefetch)
+    assert plan.partial.spec == (256, 128, 32, 4, 8, 8, 0, 0)
     assert (plan.chunk, plan.n_chunks, plan.partial_grid) == (64, 128, (128, 8, 1))
     assert plan.scratch_floats == 32 * 128 * 130 and plan.ml_off == 32 * 128 * 128
     push = plan.partial_push(8192, 4, 1024, 0.5)
@@ -325,9 +327,9 @@ def test_policy_streaming_pass_fits_shared_memory_and_takes_the_knobs():
     assert plan.stream and plan.partial.spec[0] == 64
     assert KernelPolicy.attention_stream_shared_bytes(64, 32, 4, 128) <= 8192
     pol = KernelPolicy(_props(features=SHUFFLES))
-    pol.configure_attention(lanes=8, unroll=2, wg=128, groups=512, heads_first=True, combine_cols=8)
+    pol.configure_attention(lanes=8, unroll=2, wg=128, groups=512, heads_first=True, prefetch=True, combine_cols=8)
     plan = pol.attention(128, 8192, 32, 8)
-    assert plan.partial.spec == (128, 128, 8, 4, 2, 4, 1)
+    assert plan.partial.spec == (128, 128, 8, 4, 2, 4, 1, 1)
     assert (plan.chunk, plan.partial_grid) == (128, (8, 64, 1)) and plan.combine.spec == (256, 128, 8)
     pol.configure_attention(kernel="split")
     assert pol.attention(128, 8192, 32, 8).partial.spv == "attention.partial.sg.spv"

@@ -688,6 +688,7 @@ class KernelPolicy:
     ATTENTION_STREAM_TARGET_GROUPS = 1024
     ATTENTION_STREAM_WG = 256
     ATTENTION_STREAM_HEADS_FIRST = False
+    ATTENTION_STREAM_PREFETCH = False
 
     def configure_attention(self, config: Mapping[str, Any] | None = None, **knobs: Any) -> None:
         """Override the fused attention's kernel choice (for probes and tests).  Keys: ``kernel``
@@ -696,16 +697,18 @@ class KernelPolicy:
         (lanes per key row, a power of two <= the subgroup size), ``unroll`` (keys each team loads
         before using them), ``wg`` (invocations per workgroup, a power of two), ``groups`` (the
         workgroup count the chunk aims at), ``heads_first`` (bool: the grid's x runs over the kv
-        head blocks, so workgroups launched together read whole cache rows); for both passes
+        head blocks, so workgroups launched together read whole cache rows), ``prefetch`` (bool: each
+        team loads its next batch of keys before using the current one); for both passes
         ``combine_cols`` (columns per combine workgroup, a power of two)."""
         cfg = dict(config or {}, **knobs)
-        unknown = set(cfg) - {"kernel", "lanes", "unroll", "wg", "groups", "heads_first", "combine_cols"}
+        unknown = set(cfg) - {"kernel", "lanes", "unroll", "wg", "groups", "heads_first", "prefetch", "combine_cols"}
         if unknown:
             raise ValueError(f"attention config: unknown keys {sorted(unknown)}")
         if cfg.get("kernel", "auto") not in ("auto", "stream", "split"):
             raise ValueError(f"attention config: kernel must be auto, stream or split, got {cfg['kernel']!r}")
-        if cfg.get("heads_first") is not None and not isinstance(cfg["heads_first"], bool):
-            raise ValueError(f"attention config: heads_first must be True or False, got {cfg['heads_first']!r}")
+        for key in ("heads_first", "prefetch"):
+            if cfg.get(key) is not None and not isinstance(cfg[key], bool):
+                raise ValueError(f"attention config: {key} must be True or False, got {cfg[key]!r}")
         for key in ("lanes", "unroll", "wg", "groups", "combine_cols"):
             v = cfg.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
@@ -771,7 +774,9 @@ class KernelPolicy:
         heads_first = bool(cfg.get("heads_first", self.ATTENTION_STREAM_HEADS_FIRST))
         if heads_first and (n_chunks > self.max_count[1] or blocks > self.max_count[0]):
             heads_first = False  # the chunks fit the grid's x only
-        partial = Kernel("attention.partial.stream.spv", (wg, head_dim, lanes, hb, unroll, wg // sg, int(heads_first)),
+        prefetch = bool(cfg.get("prefetch", self.ATTENTION_STREAM_PREFETCH))
+        partial = Kernel("attention.partial.stream.spv",
+                         (wg, head_dim, lanes, hb, unroll, wg // sg, int(heads_first), int(prefetch)),
                          PUSH_ATTENTION_STREAM)
         plan = self._attention_plan(partial, head_dim, n_heads, chunk, n_chunks, head_blocks, blocks, True)
         if heads_first:

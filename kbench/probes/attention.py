@@ -33,8 +33,8 @@ from .settled import time_settled
 #: (label, KernelPolicy options, configure_attention knobs, forced chunk) of the full run
 def _variants(small: bool) -> list[tuple[str, dict, dict, int | None]]:
     if small:
-        return [("auto", {}, {}, None), ("stream lanes 4 unroll 2", {}, {"kernel": "stream", "lanes": 4, "unroll": 2},
-                                                                        None),
+        return [("auto", {}, {}, None), ("stream lanes 4 unroll 2 prefetch", {},
+                                         {"kernel": "stream", "lanes": 4, "unroll": 2, "prefetch": True}, None),
                 ("split sg chunk 16", {}, {"kernel": "split"}, 16), ("split tree", {"use_subgroups": False}, {}, None)]
     out: list[tuple[str, dict, dict, int | None]] = [("auto", {}, {}, None)]
     for lanes in (32, 16, 8):
@@ -51,6 +51,11 @@ def _variants(small: bool) -> list[tuple[str, dict, dict, int | None]]:
     for lanes, wg in ((32, 256), (16, 256), (8, 128)):
         out.append((f"stream lanes {lanes} wg {wg} groups 1056 heads first", {},
                     {"kernel": "stream", "lanes": lanes, "wg": wg, "groups": 1056, "heads_first": True}, None))
+    for lanes, unroll, wg, groups in ((32, 4, 256, 1056), (32, 4, 128, 1056), (32, 8, 256, 528), (16, 2, 256, 1056),
+                                      (16, 4, 128, 528), (8, 1, 256, 1056), (8, 2, 128, 528)):
+        out.append((f"stream lanes {lanes} unroll {unroll} wg {wg} groups {groups} prefetch", {},
+                    {"kernel": "stream", "lanes": lanes, "unroll": unroll, "wg": wg, "groups": groups,
+                     "prefetch": True}, None))
     for groups in (1056, 2112):
         for cols in (8, 16):
             out.append((f"stream lanes 32 wg 256 groups {groups} combine {cols}", {},
