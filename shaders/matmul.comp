@@ -14,6 +14,7 @@
 // uses one buffer and two barriers (for devices with little shared memory).
 //
 // VEC4 = 1 (needs n % 4 == 0 and k % 4 == 0): global loads and stores of C are whole vec4s.
+// VEC4 = 2 (needs m % BM == 0, n % BN == 0 and k % BK == 0 besides): the same without bounds checks.
 // VEC4 = 0: the general path, element-wise loads/stores with bounds checks (any m, n, k).
 // Edges are zero-padded in either case, so no size needs to be a multiple of a tile.
 // GROUP_M > 1 renumbers the workgroups so that GROUP_M block rows sweep the columns together
@@ -77,7 +78,9 @@ void fetch(uint row0, uint col0, uint k0, uint lid) {
             uint r = e / KQ;
             uint gr = row0 + r;
             uint gk = k0 + 4u * (e % KQ);
-            if (VEC4 != 0u) {
+            if (VEC4 == 2u) {
+                v = a4[(gr * pc.k + gk) >> 2];
+            } else if (VEC4 != 0u) {
                 if (gr < pc.m && gk < pc.k) {
                     v = a4[(gr * pc.k + gk) >> 2];
                 }
@@ -98,7 +101,9 @@ void fetch(uint row0, uint col0, uint k0, uint lid) {
         if (e < B_LOAD4) {
             uint gp = k0 + e / BROW4;
             uint gc = col0 + 4u * (e % BROW4);
-            if (VEC4 != 0u) {
+            if (VEC4 == 2u) {
+                v = b4[(gp * pc.n + gc) >> 2];
+            } else if (VEC4 != 0u) {
                 if (gp < pc.k && gc < pc.n) {
                     v = b4[(gp * pc.n + gc) >> 2];
                 }
@@ -222,13 +227,13 @@ void main() {
     [[unroll]] for (uint g = 0u; g < TM / 4u; ++g) {
         [[unroll]] for (uint r = 0u; r < 4u; ++r) {
             uint gr = row0 + g * 4u * (BM / TM) + ty * 4u + r;
-            if (gr < pc.m) {
+            if (VEC4 == 2u || gr < pc.m) {
                 [[unroll]] for (uint h = 0u; h < TN / 4u; ++h) {
                     uint gc = col0 + h * 4u * (BN / TN) + tx * 4u;
                     uint o = (g * 4u + r) * TN + h * 4u;
                     vec4 v = vec4(acc[o], acc[o + 1u], acc[o + 2u], acc[o + 3u]);
                     if (VEC4 != 0u) {
-                        if (gc < pc.n) {
+                        if (VEC4 == 2u || gc < pc.n) {
                             c4[(gr * pc.n + gc) >> 2] = v;
                         }
                     } else {

@@ -43,8 +43,8 @@ def run_matmul(be, a: np.ndarray, b: np.ndarray, f16: bool = False) -> np.ndarra
 
 
 # shapes: vec4 path (n % 4 == 0 and k % 4 == 0) and the general path, single and multiple blocks,
-# block rows that do not fill a GROUP_M group
-FP32_SHAPES = [(1, 1, 1), (3, 5, 7), (130, 200, 52), (257, 129, 33), (300, 264, 40)]
+# block rows that do not fill a GROUP_M group, and whole tiles (the unchecked path, VEC4 = 2)
+FP32_SHAPES = [(1, 1, 1), (3, 5, 7), (130, 200, 52), (257, 129, 33), (300, 264, 40), (256, 256, 64)]
 
 
 def _props(**over):
@@ -182,6 +182,19 @@ def test_bad_fp32_tiles_are_rejected_clearly(tile, match):
 def test_bad_warp_patches_are_rejected_clearly(tile, warp_n, match):
     with pytest.raises(ValueError, match=match):
         KernelPolicy(_props(), matmul_tile=tile, matmul_warp_n=warp_n)
+
+
+def test_unchecked_path_only_for_whole_tiles():
+    pol = KernelPolicy(_props(), matmul_tile=(128, 64, 16, 8, 8))
+    assert pol.matmul_path(256, 128, 64) == 2
+    assert pol.matmul_path(256, 128, 72) == 1      # k not whole BK slices
+    assert pol.matmul_path(200, 128, 64) == 1      # m not whole BM blocks
+    assert pol.matmul_path(256, 130, 64) == 0      # n % 4: element-wise
+    assert pol.matmul(2).spec[6] == 2
+    pol.matmul_unchecked = False
+    assert pol.matmul_path(256, 128, 64) == 1
+    with pytest.raises(ValueError, match=r"VEC4 must be 0, 1 or 2, got 3"):
+        pol.matmul(3)
 
 
 def test_warp_patch_spec_constant():

@@ -310,16 +310,18 @@ class KernelPolicy:
 
     # -- matmul ----------------------------------------------------------------------------------
     # fp32 (shaders/matmul.comp): matmul_tile = (BM, BN, BK, TM, TN[, GROUP_M]).  GPUs get
-    # 128x128x8 blocks of 8x8 outputs per invocation (256 invocations; BK 8 beats BK 16, see
-    # docs/kernel-choices.md), CPU drivers 64x64x16
+    # 128x128x8 blocks of 8x8 outputs per invocation (256 invocations; BK 8 beats BK 16, and
+    # 128 invocations of 8x16 do not beat it, see docs/kernel-choices.md), CPU drivers 64x64x16
     # blocks of 4x4, where large register tiles only spill.  The slices are double-buffered where
     # two fit in shared memory; GROUP_M block rows sweep the columns together (L2 reuse).
-    # matmul_warp_n arranges each 32 invocations as a (32/WARP_N) x WARP_N patch (0: row-major).
+    # matmul_warp_n arranges each 32 invocations as a (32/WARP_N) x WARP_N patch (0: row-major);
+    # GPUs get 8 x 4 patches where the tile allows (so a subgroup's shared reads of a k-step touch
+    # 8 vec4s of A and 4 of B, where row-major 16 x 2 touches 2 and 16).
     MATMUL_GPU_TILE = (128, 128, 8, 8, 8)
     MATMUL_CPU_TILE = (64, 64, 16, 4, 4)
     MATMUL_TINY_TILE = (32, 32, 8, 4, 4)
     MATMUL_GPU_GROUP_M = 8
-    MATMUL_GPU_WARP_N = 0
+    MATMUL_GPU_WARP_N = 4
 
     def _pick_matmul_tile(self, tile) -> tuple[int, ...]:
         if tile is None:
@@ -387,10 +389,27 @@ class KernelPolicy:
         """Whether matmul.comp's vec4 path applies: rows of A and B start on 16-byte boundaries."""
         return n % 4 == 0 and k % 4 == 0
 
-    def matmul(self, vec4: bool = False) -> Kernel:
-        """Spec constants: (invocations, BM, BN, BK, TM, TN, VEC4, STAGES, GROUP_M, WARP_N)."""
+    #: let matmul_path choose matmul.comp's unchecked path (VEC4 = 2) where the sizes are whole tiles
+    #: (the probe turns it off to time the checked path)
+    matmul_unchecked = True
+
+    def matmul_path(self, m: int, n: int, k: int) -> int:
+        """matmul.comp's VEC4 for these sizes: 2 (vec4, no bounds checks: m, n, k whole tiles),
+        1 (vec4 loads and stores) or 0 (element-wise, any sizes)."""
+        if not self.matmul_vec4(n, k):
+            return 0
+        bm, bn, bk = self.matmul_tile[:3]
+        whole = m % bm == 0 and n % bn == 0 and k % bk == 0
+        return 2 if whole and self.matmul_unchecked else 1
+
+    def matmul(self, vec4: int = 0) -> Kernel:
+        """Spec constants: (invocations, BM, BN, BK, TM, TN, VEC4, STAGES, GROUP_M, WARP_N);
+        ``vec4`` is :meth:`matmul_path`'s VEC4 (a bool means 1 or 0)."""
+        path = int(vec4)
+        if path not in (0, 1, 2):
+            raise ValueError(f"matmul: VEC4 must be 0, 1 or 2, got {vec4!r}")
         bm, bn, bk, tm, tn = self.matmul_tile[:5]
-        spec = ((bm // tm) * (bn // tn), bm, bn, bk, tm, tn, int(bool(vec4)), self.matmul_stages,
+        spec = ((bm // tm) * (bn // tn), bm, bn, bk, tm, tn, path, self.matmul_stages,
                 self.matmul_group_m, self.matmul_warp_n)
         return Kernel("matmul.spv", spec, PUSH_MATMUL)
 

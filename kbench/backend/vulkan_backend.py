@@ -280,7 +280,7 @@ class VulkanBackend(ComputeBackend):
     # -- compute ops ----------------------------------------------------------------------------
     def _matmul(self, a: BufferHandle, b: BufferHandle, out: BufferHandle, m: int, n: int, k: int) -> None:
         pol = self._policy
-        kernel = pol.matmul(pol.matmul_vec4(n, k))
+        kernel = pol.matmul(pol.matmul_path(m, n, k))
         grid = pol.matmul_grid(m, n)
         self._dispatch(kernel, (a.id, b.id, out.id), grid, kernel.push_record(m, n, k))
 

@@ -46,30 +46,26 @@ from kbench.backend.kernels import KernelPolicy
 from .settled import time_settled
 
 #: fp32 variants: (matmul_tile with GROUP_M, matmul_warp_n); the first is the policy's GPU default
-FP32_VARIANTS: list[tuple[tuple[int, ...], int]] = [
+FP32_VARIANTS: list[tuple] = [
     (KernelPolicy.MATMUL_GPU_TILE + (KernelPolicy.MATMUL_GPU_GROUP_M,), KernelPolicy.MATMUL_GPU_WARP_N),
+    ((128, 128, 8, 8, 8, 8), 4, True),  # the same with bounds checks (VEC4 = 1)
     ((128, 128, 8, 8, 8, 8), 0),     # 256 invocations of 8x8, row-major (16 x 2 per subgroup)
-    ((128, 128, 8, 8, 8, 8), 8),     # the same in 4 x 8 patches (4 A + 8 B vec4s per subgroup read)
+    ((128, 128, 8, 8, 8, 8), 8),     # 4 x 8 patches
     ((128, 128, 8, 8, 8, 8), 4),     # 8 x 4 patches
-    ((128, 128, 8, 8, 16, 8), 0),    # 128 invocations of 8x16 (128 accumulators; 4 x 8 row-major)
-    ((128, 128, 8, 8, 16, 8), 4),
-    ((128, 128, 8, 16, 8, 8), 0),    # 128 invocations of 16x8 (2 x 16 row-major)
-    ((128, 128, 8, 16, 8, 8), 8),
-    ((128, 128, 16, 8, 16, 8), 0),   # BK 16 at 128 invocations
-    ((128, 128, 16, 16, 8, 8), 8),
-    ((128, 128, 16, 8, 8, 8), 8),    # BK 16 at 256 invocations
-    ((128, 128, 4, 8, 8, 8), 8),     # BK 4: fewer staging registers, twice the barriers
+    ((128, 128, 16, 8, 8, 8), 4),    # BK 16 at 256 invocations
+    ((128, 128, 4, 8, 8, 8), 4),     # BK 4: fewer staging registers, twice the barriers
+    ((64, 128, 8, 8, 8, 8), 4),      # 128 invocations of 8x8 (finer occupancy steps)
+    ((64, 128, 16, 8, 8, 8), 4),
+    ((128, 64, 8, 8, 8, 8), 4),
+    ((128, 128, 8, 8, 8, 4), 4),     # block-row grouping 4 / 16 / none
+    ((128, 128, 8, 8, 8, 16), 4),
+    ((128, 128, 8, 8, 8, 1), 4),
+    # 128 accumulators per invocation: the H200's driver took over a minute to compile each
+    ((128, 128, 8, 8, 16, 8), 0),    # 128 invocations of 8x16 (4 x 8 row-major)
+    ((128, 128, 8, 16, 8, 8), 8),    # 128 invocations of 16x8
+    ((128, 128, 16, 8, 16, 8), 0),
     ((128, 256, 8, 8, 16, 8), 8),    # 256 invocations of 8x16
     ((256, 128, 8, 16, 8, 8), 8),    # 256 invocations of 16x8
-    ((64, 128, 8, 8, 8, 8), 8),      # 128 invocations of 8x8
-    ((128, 64, 8, 8, 8, 8), 0),
-    ((128, 128, 8, 8, 8, 4), 8),     # block-row grouping 4 / 16 / none
-    ((128, 128, 8, 8, 8, 16), 8),
-    ((128, 128, 8, 8, 8, 1), 8),
-    ((128, 128, 8, 8, 16, 4), 0),    # grouping at 128 invocations of 8x16
-    ((128, 128, 8, 8, 16, 16), 0),
-    ((128, 256, 8, 16, 8, 8), 8),    # 256 invocations of 16x8 over 128x256
-    ((256, 128, 8, 8, 16, 8), 0),    # 256 invocations of 8x16 over 256x128
 ]
 SMALL_FP32_VARIANTS = [FP32_VARIANTS[0], ((128, 128, 8, 8, 8, 1), 8), ((64, 64, 16, 4, 4, 8), 0),
                        ((32, 32, 8, 4, 4, 1), 0), ((128, 128, 8, 8, 16, 2), 4)]
@@ -107,9 +103,10 @@ EDGE_SIZE = (333, 517, 259)
 SAMPLE_ROWS = 8
 
 
-def fp32_name(tile: tuple[int, ...], warp_n: int) -> str:
-    """A variant's name in the probe's rows: "BMxBNxBKxTMxTNxGROUP_M wWARP_N"."""
-    return "x".join(map(str, tile)) + f" w{warp_n}"
+def fp32_name(tile: tuple[int, ...], warp_n: int, checked: bool = False) -> str:
+    """A variant's name in the probe's rows: "BMxBNxBKxTMxTNxGROUP_M wWARP_N[ checked]" (checked: bounds
+    checks kept where the sizes are whole tiles, KernelPolicy.matmul_unchecked off)."""
+    return "x".join(map(str, tile)) + f" w{warp_n}" + (" checked" if checked else "")
 
 
 def bf16_round(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -209,20 +206,21 @@ class Probe:
             be.copy_to_device(a, ha)
             be.copy_to_device(b, hb)
             del a, b
-            for tile, warp_n in variants:
-                name = fp32_name(tile, warp_n)
+            for tile, warp_n, *checked in variants:
+                name = fp32_name(tile, warp_n, *checked)
                 if self.late():
                     self.record("fp32", size, name, None, float("nan"), "skipped: time budget")
                     continue
                 try:
                     pol = self.use(matmul_tile=tile, matmul_warp_n=warp_n)
+                    pol.matmul_unchecked = not any(checked)
                 except ValueError as exc:
                     self.record("fp32", size, name, None, float("nan"), f"rejected: {exc}")
                     continue
                 be.copy_to_device(np.zeros(m * n, np.float32), ho)
                 ns = self.time_op(lambda: be.matmul(ha, hb, ho, m, n, k))
                 err = nmse(self.sample_rows(ho, m, n, rows), ref)
-                note = f"stages={pol.matmul_stages} vec4={int(pol.matmul_vec4(n, k))}"
+                note = f"stages={pol.matmul_stages} vec4={pol.matmul_path(m, n, k)}"
                 self.record("fp32", size, name, ns, err, note)
         finally:
             for h in (ha, hb, ho):
@@ -348,17 +346,21 @@ def torch_rows(sizes, repeats: int, kinds=("fp32", "fp16", "bf16")) -> list[dict
     return out
 
 
-def parse_fp32_variant(text: str) -> tuple[tuple[int, ...], int]:
-    """"128x128x8x8x16x8:w4" (or "... w4", or no warp part: 0) -> ((128, 128, 8, 8, 16, 8), 4)."""
+def parse_fp32_variant(text: str) -> tuple:
+    """"128x128x8x8x16x8:w4" (or "... w4", or no warp part: 0; ":checked" at the end keeps the bounds
+    checks) -> ((128, 128, 8, 8, 16, 8), 4[, True])."""
     tile, _, warp = text.replace(" ", ":").partition(":")
+    warp, _, flag = warp.partition(":")
     try:
+        if flag not in ("", "checked"):
+            raise ValueError(flag)
         parts = tuple(int(v) for v in tile.split("x"))
         warp_n = int(warp.lstrip("w")) if warp else 0
     except ValueError:
-        raise argparse.ArgumentTypeError(f"fp32 variant {text!r} is not BMxBNxBKxTMxTNxGROUP_M[:wWARP_N]") from None
+        raise argparse.ArgumentTypeError(f"fp32 variant {text!r} is not BMxBNxBKxTMxTNxGROUP_M[:wWARP_N[:checked]]") from None
     if len(parts) != 6:
         raise argparse.ArgumentTypeError(f"fp32 variant {text!r} needs 6 numbers (BMxBNxBKxTMxTNxGROUP_M)")
-    return parts, warp_n
+    return (parts, warp_n, True) if flag else (parts, warp_n)
 
 
 def parse_coop_variant(text: str) -> tuple[str, tuple[int, ...]]:
@@ -443,7 +445,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="run the fp16 variants on the emulated kernel (no cooperative matrices needed)")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--fp32-only", action="store_true", help="only the fp32 variants (and torch fp32)")
-    ap.add_argument("--fp32-variant", action="append", default=[], metavar="BMxBNxBKxTMxTNxGROUP_M[:wWARP_N]",
+    ap.add_argument("--fp32-variant", action="append", default=[],
+                    metavar="BMxBNxBKxTMxTNxGROUP_M[:wWARP_N[:checked]]",
                     type=parse_fp32_variant, help="fp32 variants to run in place of the built-in list (repeat)")
     ap.add_argument("--coop-variant", action="append", default=[], type=parse_coop_variant,
                     metavar="cm2:BMxBNxBKxTHREADSxGROUP_MxPREFETCH|khr:WG_MxWG_NxSG_MxSG_NxBKxGROUP_M",
