@@ -70,15 +70,17 @@ CONFIGS = {
     "staged-tree-l16r1t3": ({"qmatvec": {"kernel": "fast", "lanes": 16, "rows": 1, "teams": 3, "staged": True,
                                          "tile_kib": 1, "reduce": "tree"}}, "fast"),
     # weights repacked 16-byte aligned (qmatvec_pack.comp) for qmatvec_packed.comp, integer dots
-    # on x quantized by qmatvec_xq: several subgroups per workgroup, one partial subgroup, the tree
+    # on x quantized by each workgroup (default) or by qmatvec_xq first: several subgroups per
+    # workgroup, one partial subgroup, the tree
     "packed-sg-auto": ({"qmatvec": {"layout": "packed"}}, "packed"),
-    "packed-sg-l8r3": ({"qmatvec": {"layout": "packed", "lanes": 8, "rows": 3}}, "packed"),
+    "packed-sg-l8r3": ({"qmatvec": {"layout": "packed", "lanes": 8, "rows": 3, "xq": "dispatch"}}, "packed"),
     "packed-sg-l4r1": ({"qmatvec": {"layout": "packed", "lanes": 4, "rows": 1}}, "packed"),
-    "packed-tree-l16r2": ({"qmatvec": {"layout": "packed", "lanes": 16, "rows": 2, "reduce": "tree"}}, "packed"),
+    "packed-tree-l16r2": ({"qmatvec": {"layout": "packed", "lanes": 16, "rows": 2, "reduce": "tree",
+                                       "xq": "dispatch"}}, "packed"),
     # ... several teams per workgroup (some past the last row), several units loaded ahead, teams
     # wider than a subgroup
-    "packed-sg-l8r3t4u3": ({"qmatvec": {"layout": "packed", "lanes": 8, "rows": 3, "teams": 4, "unroll": 3}},
-                           "packed"),
+    "packed-sg-l8r3t4u3": ({"qmatvec": {"layout": "packed", "lanes": 8, "rows": 3, "teams": 4, "unroll": 3,
+                                        "xq": "dispatch"}}, "packed"),
     "packed-sg-l64r2t2u4": ({"qmatvec": {"layout": "packed", "lanes": 64, "rows": 2, "teams": 2, "unroll": 4}},
                             "packed"),
     "packed-tree-l4r2t3u2": ({"qmatvec": {"layout": "packed", "lanes": 4, "rows": 2, "teams": 3, "unroll": 2,
@@ -94,8 +96,8 @@ CONFIGS = {
     # in whole waves where the device reports its compute units)
     "packed-xwg-sg-l8r2t2g2": ({"qmatvec": {"layout": "packed", "xq": "workgroup", "lanes": 8, "rows": 2,
                                             "teams": 2, "groups": 2}}, "packed"),
-    "packed-sg-l64r1t2g3": ({"qmatvec": {"layout": "packed", "lanes": 64, "rows": 1, "teams": 2, "groups": 3}},
-                            "packed"),
+    "packed-sg-l64r1t2g3": ({"qmatvec": {"layout": "packed", "lanes": 64, "rows": 1, "teams": 2, "groups": 3,
+                                         "xq": "dispatch"}}, "packed"),
     "packed-tree-l4r3t2g2": ({"qmatvec": {"layout": "packed", "lanes": 4, "rows": 3, "teams": 2, "groups": 2,
                                           "reduce": "tree"}}, "packed"),
 }
@@ -179,7 +181,8 @@ def test_qmatvec_variant_matches_float64(backends, cfg, dtype):
         if ".staged." in kernel.spv:
             staged_shapes.append((n_rows, n_cols, n_cols // dtype.block_elems // kernel.spec[3]))
         if family == "packed":
-            in_workgroup = CONFIGS[cfg][0]["qmatvec"].get("xq") == "workgroup"
+            # x quantized by every workgroup unless asked otherwise (it always fits at these sizes)
+            in_workgroup = CONFIGS[cfg][0]["qmatvec"].get("xq", "workgroup") == "workgroup"
             assert kernel.packed, kernel
             assert kernel.uses_xq != in_workgroup and (".xwg." in kernel.spv) == in_workgroup, kernel
         elif family != "auto":
@@ -269,19 +272,23 @@ def test_policy_picks_the_fast_kernel_only_where_it_was_tuned():
 def test_policy_takes_the_integer_dot_variant_where_the_device_has_it():
     feats = {"subgroup_basic": True, "subgroup_arithmetic": True, "integer_dot_product": True}
     gpu = KernelPolicy(_props(features=feats))
+    for dt in QMATVEC_FAST_DTYPES:  # the automatic layout: repacked where a packed kernel exists
+        assert gpu.qmatvec(dt, 4096, 14336).packed == (dt in QMATVEC_PACKED_DTYPES), dt
+    assert not gpu.qmatvec(DType.Q4_0, 1024, 1023).packed, "below 2^20 weights: GGUF's layout"
+    gpu.configure_qmatvec(layout="gguf")  # the GGUF kernels' own choices from here on
     assert ".dot" not in gpu.qmatvec(DType.Q4_0, 1024, 1023).spv, "below 2^20 weights: exact fp32"
     assert ".dot" in gpu.qmatvec(DType.Q4_0, 1024, 1024).spv
     for dt in QMATVEC_FAST_DTYPES:
         k = gpu.qmatvec(dt, 4096, 14336)  # x quantized by a first dispatch (qmatvec_xq)
         assert ".dot." in k.spv and k.uses_xq, (dt, k)
     assert gpu.qmatvec(DType.Q4_0, 4096, 14336).spv == "qmatvec_fast.q4_0.dot.sg.spv"
-    gpu.configure_qmatvec(xq="lane")
+    gpu.configure_qmatvec(layout="gguf", xq="lane")
     k = gpu.qmatvec(DType.Q4_0, 4096, 14336)
     assert k.spv == "qmatvec_fast.q4_0.dotl.sg.spv" and not k.uses_xq, k
     with pytest.raises(ValueError, match="xq must be lane, dispatch or workgroup"):
         gpu.configure_qmatvec(xq="shared")
     assert not gpu.qmatvec(DType.Q5_K, 4096, 14336).uses_xq, "no dot kernel for Q5_K"
-    gpu.configure_qmatvec(dot=False)
+    gpu.configure_qmatvec(layout="gguf", dot=False)
     assert gpu.qmatvec(DType.Q4_0, 4096, 14336).spv == "qmatvec_fast.q4_0.sg.spv"
     gpu.configure_qmatvec(staged=True)
     assert ".staged." in gpu.qmatvec(DType.Q4_0, 4096, 14336).spv, "staged asked for: the fp32 staged kernel"
@@ -290,7 +297,8 @@ def test_policy_takes_the_integer_dot_variant_where_the_device_has_it():
     with pytest.raises(ValueError, match="dot must be True or False"):
         gpu.configure_qmatvec(dot=1)
     nodot = KernelPolicy(_props())
-    assert ".dot." not in nodot.qmatvec(DType.Q4_0, 4096, 14336).spv
+    k = nodot.qmatvec(DType.Q4_0, 4096, 14336)
+    assert ".dot." not in k.spv and not k.packed, k
     with pytest.raises(ValueError, match="shaderIntegerDotProduct"):
         nodot.configure_qmatvec(dot=True)
     assert KernelPolicy.qmatvec_xq_bytes(4096) == 2 * 4096 + 4 * 128

@@ -194,7 +194,7 @@ def _props(**features):
         "max_work_group_invocations": 1024, "max_work_group_size": [1024, 1024, 64],
         "max_work_group_count": [2**31 - 1, 65535, 65535], "max_shared_memory": 49152,
         "subgroup_size": 32,
-        "features": {"subgroup_basic": True, "subgroup_arithmetic": True, **features},
+        "features": {"subgroup_basic": True, "subgroup_arithmetic": True, "subgroup_shuffle": True, **features},
     }
 
 
@@ -233,18 +233,40 @@ def test_packed_launch_shape_takes_the_knobs_and_the_automatic_shape():
     pol = KernelPolicy(_props(integer_dot_product=True))
     pol.configure_qmatvec(layout="packed")
     auto = KernelPolicy.QMATVEC_PACKED_SHAPE
+    rows, unroll = KernelPolicy.QMATVEC_PACKED_ROWS["short"]
     k = pol.qmatvec(DType.Q4_0, 4096, 14336)
-    # spec: workgroup size, rows per team, x blocks, lanes per team, units loaded ahead
-    assert k.spv == "qmatvec_packed.q4_0.sg.spv", k
-    assert k.spec == (auto["lanes"] * auto["teams"], auto["rows"], 128, auto["lanes"], auto["unroll"]), k
-    assert k.rows == auto["rows"] * auto["teams"], "the grid covers rows per team x teams per workgroup"
-    pol.configure_qmatvec(layout="packed", lanes=64, rows=2, teams=2, unroll=4)
+    # spec: workgroup size, rows per team, x blocks, lanes per team, units loaded ahead; x quantized
+    # by each workgroup where it fits in shared memory
+    assert k.spv == "qmatvec_packed.q4_0.xwg.sg.spv" and not k.uses_xq, k
+    assert k.spec[1:] == (rows, 128, auto["lanes"], unroll), k
+    assert k.rows == rows * k.spec[0] // auto["lanes"], "the grid covers rows per team x teams per workgroup"
+    assert k.groups(14336) >= 256, f"teams shrink until the grid has 256 workgroups, got {k.groups(14336)}"
+    rows, unroll = KernelPolicy.QMATVEC_PACKED_ROWS["long"]
+    k = pol.qmatvec(DType.Q4_0, 14336, 4096)
+    assert k.spec[1:] == (rows, 448, auto["lanes"], unroll), "long rows: their own rows per team and unroll"
+    k = pol.qmatvec(DType.Q8_0, 65536, 64)  # 2048 blocks of x: 152 KiB, more than the device's 48
+    assert ".xwg." not in k.spv and k.uses_xq, f"x quantized by a first dispatch where it does not fit, got {k}"
+    pol.configure_qmatvec(layout="packed", lanes=64, rows=2, teams=2, unroll=4, xq="dispatch")
     k = pol.qmatvec(DType.Q8_0, 14336, 4096)
-    assert k.spec == (128, 2, 448, 64, 4) and k.rows == 4, k
+    assert k.spec == (128, 2, 448, 64, 4) and k.rows == 4 and k.uses_xq, k
     pol.configure_qmatvec(layout="packed", lanes=8, rows=16, teams=1)
     k = pol.qmatvec(DType.Q4_0, 64, 7)
     assert k.spec[0] % 32 == 0, f"whole subgroups per workgroup, got {k.spec}"
     assert k.spec[1] == 8, f"a team writes at most one row per lane, got {k.spec}"
+    cu = KernelPolicy({**_props(integer_dot_product=True), "compute_units": {"count": 4, "threads": 2048}})
+    cu.configure_qmatvec(layout="packed")
+    assert cu.qmatvec(DType.Q4_0, 4096, 1024).groups(1024) >= 8, "two workgroups per compute unit"
+    assert cu.qmatvec(DType.Q4_0, 4096, 14336).spec[0] == 32 * auto["teams"], "large: all the teams"
+
+
+def test_packed_sums_rows_by_shuffles_only_where_the_device_has_them():
+    pol = KernelPolicy({**_props(integer_dot_product=True), "features": {
+        "subgroup_basic": True, "subgroup_arithmetic": True, "integer_dot_product": True}})
+    pol.configure_qmatvec(layout="packed")
+    assert pol.qmatvec(DType.Q4_0, 4096, 14336).spv.endswith(".tree.spv")
+    pol.configure_qmatvec(layout="packed", reduce="subgroup")
+    with pytest.raises(ValueError, match="needs subgroup shuffles"):
+        pol.qmatvec(DType.Q4_0, 4096, 14336)
 
 
 def test_packed_launch_in_whole_waves_where_the_device_reports_its_compute_units():

@@ -249,6 +249,7 @@ class KernelPolicy:
                 "shaders (or Vulkan 1.1)", "subgroup arithmetic operations")
         self.use_subgroups = has_subgroups if use_subgroups is None else bool(use_subgroups)
         self.has_int_dot = bool(feats.get("integer_dot_product"))
+        self.has_shuffle = self.use_subgroups and bool(feats.get("subgroup_shuffle"))
         # the default 1-D workgroup: 256 invocations where allowed (Vulkan guarantees 128)
         self.wg = _pow2_floor(min(256, self.max_invocations, self.max_size[0]))
         self.single_group_limit = int(single_group_limit)
@@ -893,8 +894,8 @@ class KernelPolicy:
         workgroups per compute unit where the device reports its compute units, each taking
         several row groups (0: one workgroup per row group), ``groups``: at most that many
         workgroups whatever the device (for tests and probes),
-        ``rows`` per team, ``xq`` "dispatch" (default) or "workgroup": each workgroup
-        quantizes x into shared memory itself, no second dispatch); other formats keep the
+        ``rows`` per team, ``xq`` "workgroup" (default where x fits in shared memory): each
+        workgroup quantizes x into shared memory itself, no second dispatch, or "dispatch"); other formats keep the
         GGUF kernels."""
         cfg = dict(config or {}, **knobs)
         unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot", "xq",
@@ -1037,8 +1038,10 @@ class KernelPolicy:
     #: the automatic choice of weight layout where no ``layout`` knob is set: "gguf" (the GGUF
     #: kernels read the weights as they are) or "packed" (QMATVEC_PACKED_DTYPES on GPUs with
     #: integer dot products and subgroups, from QMATVEC_DOT_MIN_ELEMS weights, with the knob-free
-    #: kernel choices).  "gguf" until the packed kernels are timed on a GPU.
-    QMATVEC_LAYOUT = "gguf"
+    #: kernel choices): "packed", faster than the GGUF kernels for every format and shape timed
+    #: on the H200 (docs/kernel-choices.md), at the price of a repacked copy of each weight buffer
+    #: in device memory (made on its first use)
+    QMATVEC_LAYOUT = "packed"
 
     def _qmatvec_layout(self, dtype: DType, n_cols: int, n_rows: int) -> str:
         cfg = self.qmatvec_config
@@ -1052,7 +1055,15 @@ class KernelPolicy:
 
     #: the automatic launch shape of qmatvec_packed.comp: lanes per row team, rows per team,
     #: teams per workgroup, units per row loaded before decoding (docs/kernel-choices.md)
-    QMATVEC_PACKED_SHAPE = {"lanes": 32, "rows": 4, "teams": 4, "unroll": 2, "per_cu": 0}
+    QMATVEC_PACKED_SHAPE = {"lanes": 32, "teams": 16, "per_cu": 0, "xq": "workgroup"}
+    #: rows per team and units loaded ahead: (rows, unroll) for rows of fewer than LONG_ROW_UNITS
+    #: units of 32 weights, and for longer rows (fewer, longer rows: fewer rows in flight, more
+    #: units of each); the H200's fastest (docs/kernel-choices.md)
+    QMATVEC_PACKED_ROWS = {"short": (4, 2), "long": (2, 4)}
+    QMATVEC_PACKED_LONG_ROW_UNITS = 256
+    #: the automatic choice shrinks the teams per workgroup until the grid has at least this many
+    #: workgroups per compute unit (or 256 workgroups where the device does not say how many units)
+    QMATVEC_PACKED_MIN_GROUPS_PER_CU = 2
 
     def _qmatvec_packed(self, dtype: DType, n_cols: int, n_rows: int) -> QMatvecKernel:
         cfg = self.qmatvec_config
@@ -1060,28 +1071,42 @@ class KernelPolicy:
         blocks = n_cols // 32  # units of 32 weights, one x scale each
         limit = _pow2_floor(min(self.max_invocations, self.max_size[0]))
         lanes = min(int(cfg.get("lanes") or auto["lanes"]), limit)
-        subgroup = self.use_subgroups and cfg.get("reduce", "subgroup") == "subgroup"
+        # variant sg sums a team's lanes with subgroup shuffles
+        subgroup = self.has_shuffle and cfg.get("reduce", "subgroup") == "subgroup"
+        if cfg.get("reduce") == "subgroup" and not self.has_shuffle:
+            raise ValueError("quantized_matmul: the packed kernel's reduce='subgroup' needs subgroup shuffles, "
+                             "which this device lacks")
         if subgroup and lanes > self.subgroup_size and lanes % self.subgroup_size:
             raise ValueError(f"quantized_matmul: {lanes} lanes per team is not a whole number of "
                              f"{self.subgroup_size}-wide subgroups")
+        auto_rows, auto_unroll = self.QMATVEC_PACKED_ROWS[
+            "long" if blocks >= self.QMATVEC_PACKED_LONG_ROW_UNITS else "short"]
+        rows = max(1, min(int(cfg.get("rows") or auto_rows), lanes))  # lane r of a team writes row r
+        unroll = int(cfg.get("unroll") or auto_unroll)
         teams = max(1, min(int(cfg.get("teams") or auto["teams"]), limit // lanes))
+        if not cfg.get("teams"):  # small matrices: fewer teams, so that every compute unit gets work
+            want = (self.compute_units["count"] * self.QMATVEC_PACKED_MIN_GROUPS_PER_CU if self.compute_units
+                    else 256)
+            while teams > 1 and _ceil_div(n_rows, teams * rows) < want:
+                teams //= 2
         wg = lanes * teams
         if subgroup and wg % self.subgroup_size:
             teams = _ceil_div(self.subgroup_size, lanes)  # whole subgroups per workgroup
             wg = lanes * teams
-        rows = max(1, min(int(cfg.get("rows") or auto["rows"]), lanes))  # lane r of a team writes row r
-        unroll = int(cfg.get("unroll") or auto["unroll"])
-        x_shared = self.qmatvec_xwg_bytes(n_cols) if cfg.get("xq") == "workgroup" else 0
+        xq = cfg.get("xq") or auto["xq"]
 
-        def shared_bytes(rows: int) -> int:  # x (if held) + the reduction's partial sums
-            return x_shared + 4 * wg * rows
+        def shared_bytes(rows: int, xq: str) -> int:  # x (if held) + the reduction's partial sums
+            return (self.qmatvec_xwg_bytes(n_cols) if xq == "workgroup" else 0) + 4 * wg * rows
 
-        while rows > 1 and shared_bytes(rows) > self.max_shared:
+        if xq == "workgroup" and "xq" not in cfg and shared_bytes(1, xq) > self.max_shared:
+            xq = "dispatch"  # x too long to hold in shared memory: a first dispatch quantizes it
+        while rows > 1 and shared_bytes(rows, xq) > self.max_shared:
             rows //= 2
-        need = shared_bytes(rows)
+        need = shared_bytes(rows, xq)
         if need > self.max_shared:
             raise ValueError(f"quantized_matmul: xq='workgroup' holds x quantized in shared memory, {need} bytes for "
                              f"{n_cols} columns with {wg} lanes; the device has {self.max_shared}")
+        x_shared = xq == "workgroup"
         reduce = "sg" if subgroup else "tree"
         plan = {"rows": rows * teams, "packed": True,
                 "packed_bytes": self.qmatvec_packed_bytes(dtype, n_rows, n_cols)}
