@@ -13,7 +13,8 @@
 //     Scores: a team of lanes (a subgroup in .sg, one invocation in .tree) per key row, q from
 //     shared memory.  V: DX invocations across d (coalesced rows), WG/DX rows of them over the keys.
 //   combine: out[h*HD + d] = sum_c o_c[d] * exp(m_c - M) / sum_c l_c * exp(m_c - M), M = max_c m_c;
-//     workgroup (x, h) takes CX columns of head h, its WG/CX rows of invocations split the chunks.
+//     workgroup (x, h) takes CX columns of head h, its WG/CX rows of invocations split the chunks,
+//     each row in one pass with a running maximum (no separate pass for M).
 // A NaN anywhere in a head's scores makes its l_c NaN (exp(NaN) is NaN), hence its output.
 // DX and CX must be powers of two dividing the local size; the local size a power of two.
 //
@@ -39,6 +40,9 @@
 #if defined(ATTN_STREAM)
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
+// [[unroll]]: every loop over the register arrays must unroll, or the arrays go to local memory
+// (H200: 3x slower with 8 keys per batch, where the compiler left the loops rolled)
+#extension GL_EXT_control_flow_attributes : require
 #endif
 
 // query heads per workgroup (sharing one kv head's rows); registers per invocation grow with it
@@ -270,6 +274,9 @@ layout(constant_id = 5) const uint SLOTS = 8;   // >= subgroups per workgroup (s
 layout(constant_id = 6) const uint HEADS_FIRST = 0;
 // 1: each team loads its next batch before using the current one (twice the registers)
 layout(constant_id = 7) const uint PREFETCH = 0;
+// the subgroup size (gl_SubgroupSize as a constant: the team merge's loop unrolls); a Vulkan 1.1
+// shader's subgroups are the device's subgroupSize
+layout(constant_id = 8) const uint SG = 32;
 const uint HD4 = HD / 4u;
 const uint NV = (HD4 + T - 1u) / T;             // vec4 columns per lane
 
@@ -294,9 +301,9 @@ shared vec4 so[SLOTS * HBS * HD4];
 // K and V rows of the keys first, first + n_teams, ... (KUS of them) of this team; zeros beyond
 // the chunk (no load)
 #define LOAD_BATCH(first, K, V)                                   \
-    for (uint u = 0u; u < KUS; ++u) {                             \
+    [[unroll]] for (uint u = 0u; u < KUS; ++u) {                             \
         uint key = (first) + u * n_teams;                         \
-        for (uint i = 0u; i < NV; ++i) {                          \
+        [[unroll]] for (uint i = 0u; i < NV; ++i) {                          \
             uint d4 = lane + i * T;                               \
             bool live = key < n_keys && d4 < HD4;                 \
             uint a = row0 + key * stride4 + d4;                   \
@@ -329,8 +336,8 @@ void main() {
     vec4 qr[HBS * NV];
     vec4 o[HBS * NV];
     float m[HBS], l[HBS];
-    for (uint j = 0u; j < HBS; ++j) {
-        for (uint i = 0u; i < NV; ++i) {
+    [[unroll]] for (uint j = 0u; j < HBS; ++j) {
+        [[unroll]] for (uint i = 0u; i < NV; ++i) {
             uint d4 = lane + i * T;
             qr[j * NV + i] = (j < nh && d4 < HD4) ? q[(h0 + j) * HD4 + d4] : vec4(0.0);
             o[j * NV + i] = vec4(0.0);
@@ -351,23 +358,23 @@ void main() {
             LOAD_BATCH(i0 + step, kn, vn);
         }
         float s[KUS * HBS];
-        for (uint u = 0u; u < KUS; ++u) {
-            for (uint j = 0u; j < HBS; ++j) {
+        [[unroll]] for (uint u = 0u; u < KUS; ++u) {
+            [[unroll]] for (uint j = 0u; j < HBS; ++j) {
                 float acc = 0.0;
-                for (uint i = 0u; i < NV; ++i) {
+                [[unroll]] for (uint i = 0u; i < NV; ++i) {
                     acc += dot(qr[j * NV + i], kr[u * NV + i]);
                 }
                 s[u * HBS + j] = acc;
             }
         }
-        for (uint off = T / 2u; off > 0u; off >>= 1u) {
-            for (uint x = 0u; x < KUS * HBS; ++x) {
+        [[unroll]] for (uint off = T / 2u; off > 0u; off >>= 1u) {
+            [[unroll]] for (uint x = 0u; x < KUS * HBS; ++x) {
                 s[x] += subgroupShuffleXor(s[x], off);
             }
         }
-        for (uint j = 0u; j < HBS; ++j) {
+        [[unroll]] for (uint j = 0u; j < HBS; ++j) {
             float mx = m[j];
-            for (uint u = 0u; u < KUS; ++u) {
+            [[unroll]] for (uint u = 0u; u < KUS; ++u) {
                 s[u * HBS + j] *= pc.scale;
                 if (i0 + u * n_teams < n_keys) {
                     mx = max(mx, s[u * HBS + j]);
@@ -376,14 +383,14 @@ void main() {
             float alpha = exp(m[j] - mx);
             m[j] = mx;
             l[j] *= alpha;
-            for (uint i = 0u; i < NV; ++i) {
+            [[unroll]] for (uint i = 0u; i < NV; ++i) {
                 o[j * NV + i] *= alpha;
             }
-            for (uint u = 0u; u < KUS; ++u) {
+            [[unroll]] for (uint u = 0u; u < KUS; ++u) {
                 // beyond the chunk: p = 0 (v is 0 there too)
                 float p = i0 + u * n_teams < n_keys ? exp(s[u * HBS + j] - mx) : 0.0;
                 l[j] += p;
-                for (uint i = 0u; i < NV; ++i) {
+                [[unroll]] for (uint i = 0u; i < NV; ++i) {
                     o[j * NV + i] = fma(vec4(p), vr[u * NV + i], o[j * NV + i]);
                 }
             }
@@ -391,7 +398,7 @@ void main() {
         if (PREFETCH == 0u) {
             LOAD_BATCH(i0 + step, kn, vn);
         }
-        for (uint x = 0u; x < KUS * NV; ++x) {
+        [[unroll]] for (uint x = 0u; x < KUS * NV; ++x) {
             kr[x] = kn[x];
             vr[x] = vn[x];
         }
@@ -399,14 +406,14 @@ void main() {
 
     // merge the teams of a subgroup (lanes with the same column, T apart); an empty team has
     // m = EMPTY_MAX, l = 0, o = 0 and weighs exp(EMPTY_MAX - max) = 0 against any real one
-    for (uint off = T; off < gl_SubgroupSize; off <<= 1u) {
-        for (uint j = 0u; j < HBS; ++j) {
+    [[unroll]] for (uint off = T; off < SG; off <<= 1u) {
+        [[unroll]] for (uint j = 0u; j < HBS; ++j) {
             float mo = subgroupShuffleXor(m[j], off);
             float lo = subgroupShuffleXor(l[j], off);
             float mx = max(m[j], mo);
             float a = exp(m[j] - mx), b = exp(mo - mx);
             l[j] = l[j] * a + lo * b;
-            for (uint i = 0u; i < NV; ++i) {
+            [[unroll]] for (uint i = 0u; i < NV; ++i) {
                 vec4 oo = subgroupShuffleXor(o[j * NV + i], off);
                 o[j * NV + i] = o[j * NV + i] * a + oo * b;
             }
@@ -415,8 +422,8 @@ void main() {
     }
     uint sg = gl_SubgroupID;
     if (sgl < T) {
-        for (uint j = 0u; j < HBS; ++j) {
-            for (uint i = 0u; i < NV; ++i) {
+        [[unroll]] for (uint j = 0u; j < HBS; ++j) {
+            [[unroll]] for (uint i = 0u; i < NV; ++i) {
                 uint d4 = lane + i * T;
                 if (d4 < HD4) {
                     so[(sg * HBS + j) * HD4 + d4] = o[j * NV + i];
@@ -473,8 +480,19 @@ layout(push_constant) uniform Push {
     uint ml_off;
 } pc;
 
+shared float red_m[gl_WorkGroupSize.x];
 shared float red_a[gl_WorkGroupSize.x];
 shared float red_l[gl_WorkGroupSize.x];
+
+// (m, l, acc) absorbs (mo, lo, ao): both rescaled to the larger maximum.  An empty side has
+// m = EMPTY_MAX, l = acc = 0 and weighs exp(EMPTY_MAX - max) = 0 against any real one.
+void absorb(inout float m, inout float l, inout float acc, float mo, float lo, float ao) {
+    float mx = max(m, mo);
+    float a = exp(m - mx), b = exp(mo - mx);
+    l = l * a + lo * b;
+    acc = acc * a + ao * b;
+    m = mx;
+}
 
 void main() {
     const uint WG = gl_WorkGroupSize.x;
@@ -485,40 +503,28 @@ void main() {
     uint d = gl_WorkGroupID.x * CX + lx;
     uint pairs = pc.ml_off + 2u * h * pc.n_chunks;
 
-    // M: every row takes its chunks, then a tree over the rows (the same for every column)
-    float mx = EMPTY_MAX;
+    // one pass: every row takes its chunks with a running maximum, then a tree over the rows
+    float m = EMPTY_MAX, l = 0.0, acc = 0.0;
     for (uint c = ly; c < pc.n_chunks; c += rows) {
-        mx = max(mx, part[pairs + 2u * c]);
+        absorb(m, l, acc, part[pairs + 2u * c], part[pairs + 2u * c + 1u],
+               d < HD ? part[(h * pc.n_chunks + c) * HD + d] : 0.0);
     }
-    red_a[lid] = mx;
-    barrier();
-    for (uint stride = rows / 2u; stride > 0u; stride >>= 1u) {
-        if (ly < stride) {
-            red_a[lid] = max(red_a[lid], red_a[lid + stride * CX]);
-        }
-        barrier();
-    }
-    mx = red_a[lx];
-    barrier();
-
-    float l = 0.0, acc = 0.0;
-    for (uint c = ly; c < pc.n_chunks; c += rows) {
-        float w = exp(part[pairs + 2u * c] - mx);
-        l = fma(part[pairs + 2u * c + 1u], w, l);
-        acc = d < HD ? fma(part[(h * pc.n_chunks + c) * HD + d], w, acc) : 0.0;
-    }
-    red_a[lid] = acc;
+    red_m[lid] = m;
     red_l[lid] = l;
+    red_a[lid] = acc;
     barrier();
     for (uint stride = rows / 2u; stride > 0u; stride >>= 1u) {
         if (ly < stride) {
-            red_a[lid] += red_a[lid + stride * CX];
-            red_l[lid] += red_l[lid + stride * CX];
+            uint other = lid + stride * CX;
+            absorb(m, l, acc, red_m[other], red_l[other], red_a[other]);
+            red_m[lid] = m;
+            red_l[lid] = l;
+            red_a[lid] = acc;
         }
         barrier();
     }
     if (ly == 0u && d < HD) {
-        o[h * HD + d] = red_a[lid] / red_l[lid];
+        o[h * HD + d] = acc / l;
     }
 }
 #endif

@@ -304,8 +304,8 @@ def test_policy_streams_where_the_device_has_subgroup_shuffles():
     plan = pol.attention(128, 8192, 32, 8)
     assert plan.stream and plan.partial.spv == "attention.partial.stream.spv"
     # (invocations, head_dim, lanes per row, heads per workgroup, keys per batch, subgroups, heads first,
-    # prefetch)
-    assert plan.partial.spec == (256, 128, 32, 4, 8, 8, 0, 0)
+    # prefetch, subgroup size)
+    assert plan.partial.spec == (256, 128, 32, 4, 4, 8, 0, 0, 32)
     assert (plan.chunk, plan.n_chunks, plan.partial_grid) == (64, 128, (128, 8, 1))
     assert plan.scratch_floats == 32 * 128 * 130 and plan.ml_off == 32 * 128 * 128
     push = plan.partial_push(8192, 4, 1024, 0.5)
@@ -329,7 +329,7 @@ def test_policy_streaming_pass_fits_shared_memory_and_takes_the_knobs():
     pol = KernelPolicy(_props(features=SHUFFLES))
     pol.configure_attention(lanes=8, unroll=2, wg=128, groups=512, heads_first=True, prefetch=True, combine_cols=8)
     plan = pol.attention(128, 8192, 32, 8)
-    assert plan.partial.spec == (128, 128, 8, 4, 2, 4, 1, 1)
+    assert plan.partial.spec == (128, 128, 8, 4, 2, 4, 1, 1, 32)
     assert (plan.chunk, plan.partial_grid) == (128, (8, 64, 1)) and plan.combine.spec == (256, 128, 8)
     pol.configure_attention(kernel="split")
     assert pol.attention(128, 8192, 32, 8).partial.spv == "attention.partial.sg.spv"

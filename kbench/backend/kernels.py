@@ -703,7 +703,7 @@ class KernelPolicy:
     #: lanes per key row of the streaming pass (at most the subgroup size and head_dim / 4)
     ATTENTION_STREAM_LANES = 32
     #: vec4 loads of K (and as many of V) each lane issues before using them
-    ATTENTION_STREAM_LOADS = 8
+    ATTENTION_STREAM_LOADS = 4
     #: the streaming pass's chunk aims at this many workgroups (of ATTENTION_STREAM_WG invocations)
     ATTENTION_STREAM_TARGET_GROUPS = 1024
     ATTENTION_STREAM_WG = 256
@@ -796,7 +796,7 @@ class KernelPolicy:
             heads_first = False  # the chunks fit the grid's x only
         prefetch = bool(cfg.get("prefetch", self.ATTENTION_STREAM_PREFETCH))
         partial = Kernel("attention.partial.stream.spv",
-                         (wg, head_dim, lanes, hb, unroll, wg // sg, int(heads_first), int(prefetch)),
+                         (wg, head_dim, lanes, hb, unroll, wg // sg, int(heads_first), int(prefetch), sg),
                          PUSH_ATTENTION_STREAM)
         plan = self._attention_plan(partial, head_dim, n_heads, chunk, n_chunks, head_blocks, blocks, True)
         if heads_first:
