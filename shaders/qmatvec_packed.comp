@@ -49,6 +49,7 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint ROWS = 4;     // rows per team
 layout(constant_id = 3) const uint LANES = 32;   // lanes per team (a power of two dividing WG)
 layout(constant_id = 4) const uint UNROLL = 2;   // units per row loaded before decoding
+layout(constant_id = 5) const bool PREFETCH = true;  // the first batch's loads before x is quantized
 const uint TEAMS = gl_WorkGroupSize.x / LANES;
 
 #if defined(QT_Q4_0)
@@ -194,9 +195,10 @@ float unit_dot(uvec4 q[NQ], uint extra, float d, uint b, uvec4 xl0, uvec4 xl1, u
 #endif
 }
 
-// One batch: UNROLL units of each of a team's ROWS rows.  The next batch's loads are issued
-// before the current one is decoded (two batches in registers), and a workgroup's first batch
-// before it quantizes x, so HBM is busy while x is prepared.
+// One batch: UNROLL units of each of a team's ROWS rows, all loaded before any is decoded.  A
+// workgroup's first batch is loaded before it quantizes x, so HBM is busy while x is prepared.
+// (Loading the next batch while decoding the current one, two batches in registers, was slower
+// on the H200: register pressure.)
 uvec4 q_next[UNROLL * ROWS][NQ];
 uint extra_next[UNROLL * ROWS];
 float d_next[UNROLL * ROWS];
@@ -220,23 +222,10 @@ void team_rows(uint team, uint tl, uint lid, uint row0, uint nb, bool loaded) {
     for (uint r = 0u; r < ROWS; ++r) {
         acc[r] = 0.0;
     }
-    if (!loaded) {
-        load_batch(row0, tl, nb);
-    }
     const uint STEP = LANES * UNROLL;
     for (uint b0 = tl; b0 < nb; b0 += STEP) {
-        uvec4 q[UNROLL * ROWS][NQ];
-        uint extra[UNROLL * ROWS];
-        float d[UNROLL * ROWS];
-        for (uint k = 0u; k < UNROLL * ROWS; ++k) {  // (arrays sized by spec constants copy element-wise)
-            for (uint i = 0u; i < NQ; ++i) {
-                q[k][i] = q_next[k][i];
-            }
-            extra[k] = extra_next[k];
-            d[k] = d_next[k];
-        }
-        if (b0 + STEP < nb) {
-            load_batch(row0, b0 + STEP, nb);
+        if (!loaded || b0 != tl) {
+            load_batch(row0, b0, nb);
         }
         for (uint u = 0u; u < UNROLL; ++u) {
             uint b = b0 + u * LANES;
@@ -260,8 +249,8 @@ void team_rows(uint team, uint tl, uint lid, uint row0, uint nb, bool loaded) {
 #endif
 #endif
             for (uint r = 0u; r < ROWS; ++r) {
-                acc[r] += unit_dot(q[u * ROWS + r], extra[u * ROWS + r], d[u * ROWS + r], b, xl0, xl1, xh0, xh1, sx,
-                                  xs);
+                acc[r] += unit_dot(q_next[u * ROWS + r], extra_next[u * ROWS + r], d_next[u * ROWS + r], b, xl0, xl1,
+                                  xh0, xh1, sx, xs);
             }
         }
     }
@@ -330,7 +319,9 @@ void main() {
         return;  // whole workgroup: no barrier is skipped by part of it
     }
     uint nb = pc.n_cols >> 5u;
-    load_batch(group * group_rows + team * ROWS, tl, nb);
+    if (PREFETCH) {
+        load_batch(group * group_rows + team * ROWS, tl, nb);
+    }
 #if defined(XQ_WG)
     for (uint b = lid; b < nb; b += gl_WorkGroupSize.x) {
         quantize_block(b);
@@ -338,6 +329,6 @@ void main() {
     barrier();
 #endif
     for (uint g = group; g * group_rows < pc.n_rows; g += n_groups) {  // uniform over the workgroup
-        team_rows(team, tl, lid, g * group_rows + team * ROWS, nb, g == group);
+        team_rows(team, tl, lid, g * group_rows + team * ROWS, nb, PREFETCH && g == group);
     }
 }

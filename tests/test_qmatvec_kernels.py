@@ -96,6 +96,8 @@ CONFIGS = {
     # in whole waves where the device reports its compute units)
     "packed-xwg-sg-l8r2t2g2": ({"qmatvec": {"layout": "packed", "xq": "workgroup", "lanes": 8, "rows": 2,
                                             "teams": 2, "groups": 2}}, "packed"),
+    "packed-xwg-sg-l16r2t2g2-noprefetch": ({"qmatvec": {"layout": "packed", "xq": "workgroup", "lanes": 16, "rows": 2,
+                                                        "teams": 2, "groups": 2, "prefetch": False}}, "packed"),
     "packed-sg-l64r1t2g3": ({"qmatvec": {"layout": "packed", "lanes": 64, "rows": 1, "teams": 2, "groups": 3,
                                          "xq": "dispatch"}}, "packed"),
     "packed-tree-l4r3t2g2": ({"qmatvec": {"layout": "packed", "lanes": 4, "rows": 3, "teams": 2, "groups": 2,

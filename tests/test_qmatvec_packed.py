@@ -208,6 +208,7 @@ def _props(**features):
     ({"per_cu": 2}, "per_cu is a choice of layout='packed'"),
     ({"layout": "packed", "per_cu": -1}, "per_cu must be an int >= 0"),
     ({"layout": "packed", "groups": 0}, "groups must be a positive int"),
+    ({"layout": "packed", "prefetch": 1}, "prefetch must be True or False"),
     ({"xq": "workgroup"}, "xq='workgroup' is a choice of layout='packed'"),
     ({"layout": "packed", "xq": "shared"}, "xq must be lane, dispatch or workgroup"),
 ])
@@ -235,20 +236,20 @@ def test_packed_launch_shape_takes_the_knobs_and_the_automatic_shape():
     auto = KernelPolicy.QMATVEC_PACKED_SHAPE
     rows, unroll = KernelPolicy.QMATVEC_PACKED_ROWS["short"]
     k = pol.qmatvec(DType.Q4_0, 4096, 14336)
-    # spec: workgroup size, rows per team, x blocks, lanes per team, units loaded ahead; x quantized
-    # by each workgroup where it fits in shared memory
+    # spec: workgroup size, rows per team, x blocks, lanes per team, units loaded ahead, first loads
+    # before x is quantized; x quantized by each workgroup where it fits in shared memory
     assert k.spv == "qmatvec_packed.q4_0.xwg.sg.spv" and not k.uses_xq, k
-    assert k.spec[1:] == (rows, 128, auto["lanes"], unroll), k
+    assert k.spec[1:] == (rows, 128, auto["lanes"], unroll, 1), k
     assert k.rows == rows * k.spec[0] // auto["lanes"], "the grid covers rows per team x teams per workgroup"
     assert k.groups(14336) >= 256, f"teams shrink until the grid has 256 workgroups, got {k.groups(14336)}"
     rows, unroll = KernelPolicy.QMATVEC_PACKED_ROWS["long"]
     k = pol.qmatvec(DType.Q4_0, 14336, 4096)
-    assert k.spec[1:] == (rows, 448, auto["lanes"], unroll), "long rows: their own rows per team and unroll"
+    assert k.spec[1:] == (rows, 448, auto["lanes"], unroll, 1), "long rows: their own rows per team and unroll"
     k = pol.qmatvec(DType.Q8_0, 65536, 64)  # 2048 blocks of x: 152 KiB, more than the device's 48
     assert ".xwg." not in k.spv and k.uses_xq, f"x quantized by a first dispatch where it does not fit, got {k}"
-    pol.configure_qmatvec(layout="packed", lanes=64, rows=2, teams=2, unroll=4, xq="dispatch")
+    pol.configure_qmatvec(layout="packed", lanes=64, rows=2, teams=2, unroll=4, xq="dispatch", prefetch=False)
     k = pol.qmatvec(DType.Q8_0, 14336, 4096)
-    assert k.spec == (128, 2, 448, 64, 4) and k.rows == 4 and k.uses_xq, k
+    assert k.spec == (128, 2, 448, 64, 4, 0) and k.rows == 4 and k.uses_xq, k
     pol.configure_qmatvec(layout="packed", lanes=8, rows=16, teams=1)
     k = pol.qmatvec(DType.Q4_0, 64, 7)
     assert k.spec[0] % 32 == 0, f"whole subgroups per workgroup, got {k.spec}"

@@ -893,13 +893,14 @@ class KernelPolicy:
         workgroup, ``unroll`` units per row loaded before decoding, ``per_cu``: launch that many
         workgroups per compute unit where the device reports its compute units, each taking
         several row groups (0: one workgroup per row group), ``groups``: at most that many
-        workgroups whatever the device (for tests and probes),
+        workgroups whatever the device (for tests and probes), ``prefetch`` (default True): a
+        workgroup's first loads go out before it quantizes x,
         ``rows`` per team, ``xq`` "workgroup" (default where x fits in shared memory): each
         workgroup quantizes x into shared memory itself, no second dispatch, or "dispatch"); other formats keep the
         GGUF kernels."""
         cfg = dict(config or {}, **knobs)
         unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot", "xq",
-                              "layout", "unroll", "per_cu", "groups"}
+                              "layout", "unroll", "per_cu", "groups", "prefetch"}
         if unknown:
             raise ValueError(f"qmatvec config: unknown keys {sorted(unknown)}")
         if cfg.get("kernel", "auto") not in ("auto", "fast", "generic"):
@@ -934,7 +935,9 @@ class KernelPolicy:
                                  f"first dispatch or by each workgroup); it cannot take "
                                  f"{', '.join(clash)}="
                                  f"{', '.join(repr(cfg[k]) for k in clash)}")
-        for key in ("unroll", "per_cu", "groups"):
+        if cfg.get("prefetch") is not None and not isinstance(cfg["prefetch"], bool):
+            raise ValueError(f"qmatvec config: prefetch must be True or False, got {cfg['prefetch']!r}")
+        for key in ("unroll", "per_cu", "groups", "prefetch"):
             if cfg.get(key) is not None and cfg.get("layout") != "packed":
                 raise ValueError(f"qmatvec config: {key} is a choice of layout='packed'")
         if cfg.get("per_cu") is not None and (isinstance(cfg["per_cu"], bool) or not isinstance(cfg["per_cu"], int)
@@ -1116,7 +1119,7 @@ class KernelPolicy:
         elif per_cu and self.compute_units:  # whole waves: as many workgroups as the device holds at once
             cu = self.compute_units
             plan["max_groups"] = cu["count"] * max(1, min(int(per_cu), cu["threads"] // wg))
-        spec = (wg, rows, blocks, lanes, unroll)
+        spec = (wg, rows, blocks, lanes, unroll, int(cfg.get("prefetch", True)))
         if x_shared:
             return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.xwg.{reduce}.spv", spec, PUSH_QMATVEC, **plan)
         return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.{reduce}.spv", spec, PUSH_QMATVEC,

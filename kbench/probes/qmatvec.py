@@ -22,11 +22,12 @@ dispatch) | staged:LANES:ROWS:TEAMS[:CHUNK|TILEk[:subgroup|tree]] (16-byte loads
 staged through shared memory, CHUNK blocks per row at a time, or the largest chunk whose tile is
 at most TILE KiB; default: the policy's chunk).  raw:<spec> (Q4_0) is the load-only twin of a
 fast/staged spec, raw:stream:LANES:ROWS[:TEAMS] reads the same rows with 16-byte loads and
-nothing else: the read floor of that grid.  packed[:LANES:ROWS[:TEAMS[:UNROLL[:PER_CU]]]][:subgroup|tree]
+nothing else: the read floor of that grid.  packed[:LANES:ROWS[:TEAMS[:UNROLL[:PER_CU]]]][:subgroup|tree][:noprefetch]
 (Q4_0, Q8_0, Q6_K) is the backend's layout="packed": weights repacked on first use (untimed), x
 quantized by a first dispatch, integer dots on 16-byte loads, TEAMS row teams of LANES lanes per
 workgroup loading UNROLL units of each of their ROWS rows ahead, PER_CU workgroups per compute unit
-taking several row groups each (0: one per row group) (default: the policy's); packedw: the same
+taking several row groups each (0: one per row group) (default: the policy's), noprefetch: a
+workgroup's first loads wait until x is quantized; packedw: the same
 with x quantized by every workgroup into shared memory instead (xq="workgroup").
 """
 
@@ -63,7 +64,7 @@ SMALL_VARIANTS = ["generic", "auto", "fast:8:2:4", "fast:32:4:4", "fast:16:1:2:t
 
 VARIANT_SYNTAX = ("generic | auto | fast:LANES:ROWS[:TEAMS[:subgroup|tree]] | dot[x]:LANES:ROWS[:TEAMS[:subgroup|tree]] | "
                   "staged:LANES:ROWS:TEAMS[:CHUNK|TILEk[:subgroup|tree]] | raw:<fast or staged spec> | raw:stream:LANES:ROWS[:TEAMS] | "
-                  "packed[w][:LANES:ROWS[:TEAMS[:UNROLL[:PER_CU]]]][:subgroup|tree]")
+                  "packed[w][:LANES:ROWS[:TEAMS[:UNROLL[:PER_CU]]]][:subgroup|tree][:noprefetch]")
 
 
 def parse_variant(spec: str) -> dict:
@@ -75,6 +76,7 @@ def parse_variant(spec: str) -> dict:
         return dict(parse_variant(spec[4:]), raw="loads")
     parts = spec.split(":")
     if parts[0] in ("packed", "packedw"):  # Q4_0 / Q8_0 / Q6_K on weights repacked by the backend (layout="packed")
+        prefetch = parts.pop() != "noprefetch" if parts[-1] == "noprefetch" else None
         reduce = parts.pop() if parts[-1] in ("subgroup", "tree") else None
         if len(parts) not in (1, 3, 4, 5, 6):
             raise SystemExit(f"bad variant {spec!r}: {VARIANT_SYNTAX}")
@@ -82,6 +84,8 @@ def parse_variant(spec: str) -> dict:
         cfg.update({key: int(v) for key, v in zip(("lanes", "rows", "teams", "unroll", "per_cu"), parts[1:])})
         if reduce:
             cfg["reduce"] = reduce
+        if prefetch is not None:
+            cfg["prefetch"] = prefetch
         return cfg
     staged = parts[0] == "staged"
     longest = 6 if staged else 5
