@@ -25,8 +25,10 @@
 // outside the matrices read as zero (any m, n, k); CLAMP = 0 leaves them undefined and is only
 // for m % BM == n % BN == k % BK == 0.  The tensor-layout store writes only elements inside C.
 // GROUP_M > 1 renumbers the workgroups so that GROUP_M block rows sweep the columns together.
-// PREFETCH = 1 holds two slices: the loads of the next one are issued before the current one is
-// multiplied (software pipelining the driver may not do by itself).
+// VEC = 1 (k % 8 == 0 and n % 8 == 0) tells the compiler that rows start on 16-byte boundaries
+// (the row pitches are set with their low bits masked off), so that it can load whole vectors;
+// UNROLL > 1 unrolls the slice loop UNROLL times (the driver can then overlap one slice's loads
+// with another's multiply), with a plain loop for the slices left over.
 //
 // local_size_x must be one of the workgroup sizes the device lists for this type combination
 // and these granularities (vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV;
@@ -38,7 +40,8 @@ layout(constant_id = 2) const uint BN = 128;
 layout(constant_id = 3) const uint BK = 32;
 layout(constant_id = 4) const uint GROUP_M = 1;
 layout(constant_id = 5) const uint CLAMP = gl_CooperativeMatrixClampModeConstantNV;
-layout(constant_id = 6) const uint PREFETCH = 0;
+layout(constant_id = 6) const uint UNROLL = 1;
+layout(constant_id = 7) const uint VEC = 0;
 
 layout(std430, binding = 0) readonly buffer MatA { ELEM a[]; };
 layout(std430, binding = 1) readonly buffer MatB { ELEM b[]; };
@@ -74,38 +77,32 @@ void main() {
     ta = setTensorLayoutDimensionNV(ta, pc.m, pc.k);
     tb = setTensorLayoutDimensionNV(tb, pc.k, pc.n);
     tc = setTensorLayoutDimensionNV(tc, pc.m, pc.n);
+    if (VEC != 0u) {
+        ta = setTensorLayoutStrideNV(ta, pc.k & ~7u, 1u);
+        tb = setTensorLayoutStrideNV(tb, pc.n & ~7u, 1u);
+        tc = setTensorLayoutStrideNV(tc, pc.n & ~7u, 1u);
+    }
 
     coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc =
         coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(0.0);
     coopmat<ELEM, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> ma;
     coopmat<ELEM, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> mb;
 
-    if (PREFETCH == 0u) {
-        for (uint k0 = 0u; k0 < pc.k; k0 += BK) {
-            coopMatLoadTensorNV(ma, a, 0u, sliceTensorLayoutNV(ta, row0, BM, k0, BK));
-            coopMatLoadTensorNV(mb, b, 0u, sliceTensorLayoutNV(tb, k0, BK, col0, BN));
-            acc = coopMatMulAdd(ma, mb, acc);
-        }
-    } else {
-        // (ma, mb) hold the slice at k0 on entry to each iteration; (na, nb) the one after it
-        coopmat<ELEM, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> na;
-        coopmat<ELEM, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> nb;
-        coopMatLoadTensorNV(ma, a, 0u, sliceTensorLayoutNV(ta, row0, BM, 0u, BK));
-        coopMatLoadTensorNV(mb, b, 0u, sliceTensorLayoutNV(tb, 0u, BK, col0, BN));
-        uint k0 = 0u;
-        for (; k0 + BK < pc.k; k0 += 2u * BK) {
-            coopMatLoadTensorNV(na, a, 0u, sliceTensorLayoutNV(ta, row0, BM, k0 + BK, BK));
-            coopMatLoadTensorNV(nb, b, 0u, sliceTensorLayoutNV(tb, k0 + BK, BK, col0, BN));
-            acc = coopMatMulAdd(ma, mb, acc);
-            if (k0 + 2u * BK < pc.k) {
-                coopMatLoadTensorNV(ma, a, 0u, sliceTensorLayoutNV(ta, row0, BM, k0 + 2u * BK, BK));
-                coopMatLoadTensorNV(mb, b, 0u, sliceTensorLayoutNV(tb, k0 + 2u * BK, BK, col0, BN));
+    uint k0 = 0u;
+    if (UNROLL > 1u) {
+        for (; k0 + UNROLL * BK <= pc.k; ) {
+            [[unroll]] for (uint u = 0u; u < UNROLL; ++u) {
+                coopMatLoadTensorNV(ma, a, 0u, sliceTensorLayoutNV(ta, row0, BM, k0, BK));
+                coopMatLoadTensorNV(mb, b, 0u, sliceTensorLayoutNV(tb, k0, BK, col0, BN));
+                acc = coopMatMulAdd(ma, mb, acc);
+                k0 += BK;
             }
-            acc = coopMatMulAdd(na, nb, acc);
         }
-        if (k0 < pc.k) {
-            acc = coopMatMulAdd(ma, mb, acc);
-        }
+    }
+    for (; k0 < pc.k; k0 += BK) {
+        coopMatLoadTensorNV(ma, a, 0u, sliceTensorLayoutNV(ta, row0, BM, k0, BK));
+        coopMatLoadTensorNV(mb, b, 0u, sliceTensorLayoutNV(tb, k0, BK, col0, BN));
+        acc = coopMatMulAdd(ma, mb, acc);
     }
     coopMatStoreTensorNV(acc, c, 0u, sliceTensorLayoutNV(tc, row0, BM, col0, BN));
 }

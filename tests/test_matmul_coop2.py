@@ -57,19 +57,32 @@ def _props(features=(), khr=("f16",), flex=(), **over) -> dict:
 # -- path choice from properties ----------------------------------------------------------------------
 
 def test_coopmat2_is_chosen_where_the_device_lists_workgroup_scope_configurations():
-    pol = KernelPolicy(_props([CM2_FEATURES], flex=[_flex("f16", 128), _flex("f16", 256)]))
+    # coopmat2 and no KHR configuration for f16 -> f32: coopmat2
+    pol = KernelPolicy(_props([CM2_FEATURES], khr=(), flex=[_flex("f16", 128), _flex("f16", 256)]))
     assert pol.matmul_f16_path("f16") == "coopmat2"
     kernel, grid = pol.matmul_f16_plan(4096, 8192, 4096)
     bm, bn, bk, threads = KernelPolicy.MATMUL_CM2_TILES[0]
     assert kernel.spv == "matmul_coop2.f16.spv"
-    # aligned: no clamping
-    assert kernel.spec == (threads, bm, bn, bk, KernelPolicy.MATMUL_CM2_GROUP_M, 0, KernelPolicy.MATMUL_CM2_PREFETCH)
+    # aligned: no clamping, 16-byte rows
+    assert kernel.spec == (threads, bm, bn, bk, KernelPolicy.MATMUL_CM2_GROUP_M, 0, KernelPolicy.MATMUL_CM2_UNROLL, 1)
     assert grid == (8192 // bn, 4096 // bm, 1)
     edge, edge_grid = pol.matmul_f16_plan(333, 517, 259)
     assert edge.spec[5] == 1, "a shape that is not a multiple of the tile needs clamped loads"
-    mine = KernelPolicy(_props([CM2_FEATURES], flex=[_flex("f16", 128)]), matmul_f16_cm2_tile=(64, 64, 32, 128, 2, 1))
-    assert mine.matmul_f16_plan(64, 64, 64)[0].spec == (128, 64, 64, 32, 2, 0, 1)
+    assert edge.spec[7] == 0, "rows of 259 halves do not start on 16-byte boundaries"
     assert edge_grid == (-(-517 // bn), -(-333 // bm), 1)
+    mine = KernelPolicy(_props([CM2_FEATURES], flex=[_flex("f16", 128)]), matmul_f16_cm2_tile=(64, 64, 32, 128, 2, 4),
+                        matmul_f16_path="coopmat2")
+    assert mine.matmul_f16_plan(64, 64, 64)[0].spec == (128, 64, 64, 32, 2, 0, 4, 1)
+
+
+def test_with_both_paths_the_measured_order_decides():
+    props = _props([CM2_FEATURES], flex=[_flex("f16", 256)])
+    pol = KernelPolicy(props)
+    assert pol.matmul_f16_path("f16") == KernelPolicy.MATMUL_F16_PATHS[0]
+    pol.MATMUL_F16_PATHS = ("coopmat2", "khr")
+    assert pol.matmul_f16_path("f16") == "coopmat2"
+    pol.MATMUL_F16_PATHS = ("khr", "coopmat2")
+    assert pol.matmul_f16_path("f16") == "khr"
 
 
 def test_khr_is_chosen_without_coopmat2_and_nothing_without_either():
@@ -78,8 +91,8 @@ def test_khr_is_chosen_without_coopmat2_and_nothing_without_either():
     assert khr.matmul_f16_plan(64, 64, 64)[0].spv == "matmul_coop.khr.spv"
     assert "lacks VK_NV_cooperative_matrix2" in khr.matmul_f16_cm2_unsupported("f16")
     # the extension's features but no flexible-dimension configuration for f16 -> f32
-    listed_other = KernelPolicy(_props([CM2_FEATURES], flex=[_flex("s8", 256)]))
-    assert listed_other.matmul_f16_path("f16") == "khr"
+    listed_other = KernelPolicy(_props([CM2_FEATURES], flex=[_flex("s8", 256)]), matmul_f16_path="coopmat2")
+    assert listed_other.matmul_f16_path("f16") == ""
     assert "lists no workgroup-scope f16" in listed_other.matmul_f16_cm2_unsupported("f16")
     none = KernelPolicy(_props(features=[{"cooperative_matrix": False}]))
     assert none.matmul_f16_path("f16") == ""
@@ -90,19 +103,19 @@ def test_khr_is_chosen_without_coopmat2_and_nothing_without_either():
 def test_tiles_follow_the_listed_workgroup_sizes_and_granularities():
     # only 128-invocation workgroups of granularity 32: the first default that fits is taken
     pol = KernelPolicy(_props([CM2_FEATURES], flex=[_flex("f16", 128, gran=32)]))
-    bm, bn, bk, threads, group, prefetch = pol.matmul_f16_cm2_tile("f16")
+    bm, bn, bk, threads, group, unroll = pol.matmul_f16_cm2_tile("f16")
     assert threads == 128 and bm % 32 == 0 and bn % 32 == 0 and bk % 32 == 0
     assert (bm, bn, bk, threads) in KernelPolicy.MATMUL_CM2_TILES
     # a requested tile is checked against the list
     with pytest.raises(ValueError, match=r"matmul_f16_cm2_tile .* 256 invocations matches none .*\(32, 32, 32, 128\)"):
         KernelPolicy(_props([CM2_FEATURES], flex=[_flex("f16", 128, gran=32)]),
-                     matmul_f16_cm2_tile=(64, 64, 32, 256)).matmul_f16_plan(64, 64, 64)
+                     matmul_f16_cm2_tile=(64, 64, 32, 256), matmul_f16_path="coopmat2").matmul_f16_plan(64, 64, 64)
     # none of the defaults fits: coopmat2 is not chosen, and says why
-    odd = KernelPolicy(_props([CM2_FEATURES], flex=[_flex("f16", 96)]))
-    assert odd.matmul_f16_path("f16") == "khr"
+    odd = KernelPolicy(_props([CM2_FEATURES], khr=(), flex=[_flex("f16", 96)]))
+    assert odd.matmul_f16_path("f16") == ""
     assert "no matmul_coop2 tile fits" in odd.matmul_f16_cm2_unsupported("f16")
-    with pytest.raises(ValueError, match=r"PREFETCH=2 must be 0 or 1"):
-        KernelPolicy(_props(), matmul_f16_cm2_tile=(64, 64, 32, 128, 1, 2))
+    with pytest.raises(ValueError, match=r"UNROLL=0 must be >= 1"):
+        KernelPolicy(_props(), matmul_f16_cm2_tile=(64, 64, 32, 128, 1, 0))
     with pytest.raises(ValueError, match=r"matmul_f16_cm2_tile must be a tuple of 4 or 5 or 6 ints"):
         KernelPolicy(_props(), matmul_f16_cm2_tile=(64, 64, 32))
     with pytest.raises(ValueError, match=r"matmul_f16_path must be None .* got 'nv'"):
@@ -125,11 +138,11 @@ def test_bf16_needs_the_bfloat16_features_and_configurations():
         f16_only.matmul_f16_plan(64, 64, 64, "bf16")
     # KHR bf16 configuration and features, no coopmat2 bf16 entry: the KHR bf16 kernel
     khr = KernelPolicy(_props([CM2_FEATURES, BF16_FEATURES], khr=("f16", "bf16"), flex=[_flex("f16", 256)]))
-    assert khr.matmul_f16_path("f16") == "coopmat2" and khr.matmul_f16_path("bf16") == "khr"
+    assert khr.matmul_f16_path("bf16") == "khr"
     assert khr.matmul_f16_plan(64, 64, 64, "bf16")[0].spv == "matmul_coop.khr.bf16.spv"
-    # both: coopmat2
+    # both, coopmat2 asked for
     cm2 = KernelPolicy(_props([CM2_FEATURES, BF16_FEATURES], khr=("f16", "bf16"),
-                              flex=[_flex("f16", 256), _flex("bf16", 256)]))
+                              flex=[_flex("f16", 256), _flex("bf16", 256)]), matmul_f16_path="coopmat2")
     assert cm2.matmul_f16_plan(64, 64, 64, "bf16")[0].spv == "matmul_coop2.bf16.spv"
     with pytest.raises(ValueError, match=r"dtype must be one of \('f16', 'bf16'\), got 'f8'"):
         cm2.matmul_f16_plan(64, 64, 64, "f8")
@@ -145,7 +158,7 @@ def test_coop2_shaders_declare_what_the_policy_checks():
         info = reflect(load_spirv(f"matmul_coop2.{dtype}.spv"))
         needed = {key for key, _ in info.required_features()}
         assert needed <= checked | extra, f"{dtype}: unchecked {needed - checked - extra}"
-        assert [s.spec_id for s in sorted(info.spec_constants.values(), key=lambda s: s.spec_id)] == list(range(7))
+        assert [s.spec_id for s in sorted(info.spec_constants.values(), key=lambda s: s.spec_id)] == list(range(8))
 
 
 # -- bf16 numbers -----------------------------------------------------------------------------------
@@ -342,11 +355,11 @@ def test_the_probe_takes_cooperative_matrix_variants_from_the_command_line():
 
     from kbench.probes.matmul import parse_coop_variant
 
-    assert parse_coop_variant("cm2:128x256x64x256x8x1") == ("coopmat2", (128, 256, 64, 256, 8, 1))
+    assert parse_coop_variant("cm2:128x256x64x256x8x4") == ("coopmat2", (128, 256, 64, 256, 8, 4))
     assert parse_coop_variant("khr:2x4x4x2x32x8") == ("khr", (2, 4, 4, 2, 32, 8))
     with pytest.raises(argparse.ArgumentTypeError, match=r"must start with cm2: or khr:"):
         parse_coop_variant("nv:1x2x3x4x5x6")
-    with pytest.raises(argparse.ArgumentTypeError, match=r"needs 6 numbers \(BMxBNxBKxTHREADSxGROUP_MxPREFETCH\)"):
+    with pytest.raises(argparse.ArgumentTypeError, match=r"needs 6 numbers \(BMxBNxBKxTHREADSxGROUP_MxUNROLL\)"):
         parse_coop_variant("cm2:128x256")
 
 

@@ -213,7 +213,7 @@ class KernelPolicy:
     ``matmul_tile`` = (BM, BN, BK, TM, TN[, GROUP_M]), ``matmul_warp_n`` (invocations along n in each
     32-invocation patch of matmul.comp, 0 = row-major; None: :meth:`matmul`'s rule), ``matmul_f16_tile`` = (WG_M, WG_N, SG_M, SG_N,
     BK[, GROUP_M]) (see :meth:`matmul` / :meth:`matmul_f16`), ``matmul_f16_cm2_tile`` = (BM, BN, BK,
-    THREADS[, GROUP_M[, PREFETCH]]) and ``matmul_f16_path`` (None: automatic, "coopmat2" or "khr"; see
+    THREADS[, GROUP_M[, UNROLL]]) and ``matmul_f16_path`` (None: automatic, "coopmat2" or "khr"; see
     :meth:`matmul_f16_plan`), ``single_group_limit`` (largest softmax/rms_norm
     size done by one workgroup), ``grid_limit`` (cap on the grid's x dimension, below the
     device's maxComputeWorkGroupCount[0]; exercises the spread-over-y path in tests).
@@ -470,14 +470,17 @@ class KernelPolicy:
         return ""
 
     # -- the same product on workgroup-scope matrices (VK_NV_cooperative_matrix2,
-    # shaders/matmul_coop2.comp): matmul_f16_cm2_tile = (BM, BN, BK, THREADS[, GROUP_M[, PREFETCH]]),
+    # shaders/matmul_coop2.comp): matmul_f16_cm2_tile = (BM, BN, BK, THREADS[, GROUP_M[, UNROLL]]),
     # one BM x BN accumulator per workgroup of THREADS invocations, BK-deep slices loaded through
-    # tensor layouts (PREFETCH 1: the next slice's loads issued before the current multiply).  The default is the first of MATMUL_CM2_TILES the device's
+    # tensor layouts, the slice loop unrolled UNROLL times.  The default is the first of MATMUL_CM2_TILES the device's
     # flexible-dimension list admits (granularities and workgroup size).
     MATMUL_CM2_TILES = ((128, 256, 64, 256), (256, 128, 64, 256), (128, 128, 64, 256), (128, 128, 32, 128),
                         (64, 64, 32, 128), (64, 64, 16, 64), (32, 32, 16, 32))
     MATMUL_CM2_GROUP_M = 8
-    MATMUL_CM2_PREFETCH = 0
+    MATMUL_CM2_UNROLL = 1
+    #: the order in which matmul_f16_path takes the paths a device has: the KHR kernel first, as
+    #: it measured faster on the one device with both (docs/kernel-choices.md)
+    MATMUL_F16_PATHS = ("khr", "coopmat2")
     _CM2_FEATURES = (("cooperative_matrix", "VK_KHR_cooperative_matrix cooperativeMatrix"),
                      ("cooperative_matrix2_workgroup_scope", "VK_NV_cooperative_matrix2 cooperativeMatrixWorkgroupScope"),
                      ("cooperative_matrix2_flexible_dimensions",
@@ -513,10 +516,10 @@ class KernelPolicy:
     def _check_cm2_tile(self, tile) -> tuple[int, ...] | None:
         if tile is None:
             return None
-        tile = _int_tuple("matmul_f16_cm2_tile", tile, (4, 5, 6), "(BM, BN, BK, THREADS[, GROUP_M[, PREFETCH]])")
+        tile = _int_tuple("matmul_f16_cm2_tile", tile, (4, 5, 6), "(BM, BN, BK, THREADS[, GROUP_M[, UNROLL]])")
         problem = (("every size must be positive" if min(tile[:4]) <= 0 else "")
                    or _group_problem(tile[4] if len(tile) >= 5 else 1)
-                   or ("" if len(tile) < 6 or tile[5] in (0, 1) else f"PREFETCH={tile[5]} must be 0 or 1"))
+                   or ("" if len(tile) < 6 or tile[5] >= 1 else f"UNROLL={tile[5]} must be >= 1"))
         if problem:
             raise ValueError(f"matmul_f16_cm2_tile {tile!r} is invalid: {problem}")
         return tile
@@ -540,9 +543,9 @@ class KernelPolicy:
                 f"(granularity M, N, K and workgroup size: {offered})")
 
     def matmul_f16_cm2_tile(self, dtype: str = "f16") -> tuple[int, ...]:
-        """(BM, BN, BK, THREADS, GROUP_M, PREFETCH) of matmul_coop2.comp for dtype on this device."""
+        """(BM, BN, BK, THREADS, GROUP_M, UNROLL) of matmul_coop2.comp for dtype on this device."""
         tile = self.matmul_f16_cm2_tile_option
-        defaults = (self.MATMUL_CM2_GROUP_M, self.MATMUL_CM2_PREFETCH)
+        defaults = (self.MATMUL_CM2_GROUP_M, self.MATMUL_CM2_UNROLL)
         if tile is not None:
             problem = self._cm2_tile_problem(tile, dtype)
             if problem:
@@ -554,15 +557,19 @@ class KernelPolicy:
         raise ValueError(f"no matmul_coop2 tile fits {self.props.get('device_name')}")
 
     def matmul_f16_path(self, dtype: str = "f16") -> str:
-        """The kernel that serves matmul_f16 on dtype here: "coopmat2" (VK_NV_cooperative_matrix2,
-        where the device has it for dtype), else "khr" (VK_KHR_cooperative_matrix), else "" (none;
-        :meth:`matmul_f16_plan` says why).  The ``matmul_f16_path`` option forces one."""
+        """The kernel that serves matmul_f16 on dtype here: the first of MATMUL_F16_PATHS the
+        device has for dtype ("khr": VK_KHR_cooperative_matrix; "coopmat2":
+        VK_NV_cooperative_matrix2), else "" (none; :meth:`matmul_f16_plan` says why).  The
+        ``matmul_f16_path`` option forces one."""
         self._check_dtype(dtype)
         forced = self.matmul_f16_path_option
-        if forced in (None, "coopmat2") and not self.matmul_f16_cm2_unsupported(dtype):
-            return "coopmat2"
-        if forced in (None, "khr") and not self.matmul_f16_unsupported(dtype) and self.matmul_f16_tile is not None:
-            return "khr"
+        for path in self.MATMUL_F16_PATHS:
+            if forced not in (None, path):
+                continue
+            if path == "coopmat2" and not self.matmul_f16_cm2_unsupported(dtype):
+                return path
+            if path == "khr" and not self.matmul_f16_unsupported(dtype) and self.matmul_f16_tile is not None:
+                return path
         return ""
 
     def matmul_f16_plan(self, m: int, n: int, k: int, dtype: str = "f16") -> tuple[Kernel, tuple[int, int, int]]:
@@ -575,9 +582,10 @@ class KernelPolicy:
             return kernel, self.matmul_f16_grid(m, n)
         path = self.matmul_f16_path(dtype)
         if path == "coopmat2":
-            bm, bn, bk, threads, group, prefetch = self.matmul_f16_cm2_tile(dtype)
+            bm, bn, bk, threads, group, unroll = self.matmul_f16_cm2_tile(dtype)
             clamp = int(bool(m % bm or n % bn or k % bk))
-            kernel = Kernel(f"matmul_coop2.{dtype}.spv", (threads, bm, bn, bk, group, clamp, prefetch), PUSH_MATMUL)
+            vec = int(self.matmul_f16_vec(n, k))
+            kernel = Kernel(f"matmul_coop2.{dtype}.spv", (threads, bm, bn, bk, group, clamp, unroll, vec), PUSH_MATMUL)
             return kernel, self._block_grid("matmul_f16", m, n, bm, bn)
         if path == "khr":
             return self.matmul_f16(self.matmul_f16_vec(n, k), dtype=dtype), self.matmul_f16_grid(m, n)

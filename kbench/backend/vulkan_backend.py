@@ -113,9 +113,9 @@ class VulkanBackend(ComputeBackend):
     ``use_subgroups`` (None = when the device has subgroup arithmetic), ``matmul_tile``
     ((BM, BN, BK, TM, TN[, GROUP_M])), ``matmul_warp_n`` (matmul.comp's invocation layout; None: the
     policy's), ``matmul_f16_tile`` ((WG_M, WG_N, SG_M, SG_N, BK[, GROUP_M]),
-    the KHR cooperative-matrix :meth:`matmul_f16`), ``matmul_f16_cm2_tile`` ((BM, BN, BK, THREADS[, GROUP_M[, PREFETCH]]),
-    its VK_NV_cooperative_matrix2 kernel), ``matmul_f16_path`` (None: coopmat2 where the device has it,
-    else KHR; "coopmat2" or "khr" forces one), ``single_group_limit`` (softmax/rms_norm sizes done by one
+    the KHR cooperative-matrix :meth:`matmul_f16`), ``matmul_f16_cm2_tile`` ((BM, BN, BK, THREADS[, GROUP_M[, UNROLL]]),
+    its VK_NV_cooperative_matrix2 kernel), ``matmul_f16_path`` (None: KernelPolicy.MATMUL_F16_PATHS' order
+    among the paths the device has; "coopmat2" or "khr" forces one), ``single_group_limit`` (softmax/rms_norm sizes done by one
     workgroup), ``grid_limit`` (cap on the grid's x dimension; for tests of large grids),
     ``validation`` (Khronos validation layer), ``qmatvec`` (quantized_matmul kernel knobs, e.g.
     ``{"kernel": "fast", "lanes": 32, "rows": 4}``: see KernelPolicy.configure_qmatvec),

@@ -2,8 +2,8 @@
 bfloat16), out float32.
 
 The reduced-precision path that tensor cores / cooperative matrices serve (VulkanBackend.matmul_f16
-on VK_NV_cooperative_matrix2's workgroup-scope matrices where the device has them, else on
-VK_KHR_cooperative_matrix, 16x16x16 -> f32; kernels.py KernelPolicy.matmul_f16_plan).  The inputs
+on VK_KHR_cooperative_matrix, 16x16x16 -> f32, or VK_NV_cooperative_matrix2's workgroup-scope
+matrices, chosen from the device's properties: kernels.py KernelPolicy.matmul_f16_plan).  The inputs
 are generated as float32 and rounded once (to float16, or to bfloat16 bit patterns stored as
 uint16, kbench.quant's round-to-nearest-even); the reference is the float64 product of the
 *rounded* values, so the NMSE measures the accumulation (and output rounding) only, not the input

@@ -22,7 +22,7 @@ at the first size; the larger sizes take the default and the --top fastest of th
 ranks the fp32 variants per size with their ratio to torch fp32 of the same run (--fp32-only: no
 fp16 or bf16 part).  fp16 variants are matmul_f16_tile = (WG_M, WG_N, SG_M, SG_N, BK, GROUP_M); spec
 constants of matmul_coop.khr.spv: (invocations, WG_M, WG_N, SG_M, SG_N, BK, VEC, STAGES, GROUP_M).
-coopmat2 variants ("cm2 ...") are matmul_f16_cm2_tile = (BM, BN, BK, THREADS, GROUP_M, PREFETCH);
+coopmat2 variants ("cm2 ...") are matmul_f16_cm2_tile = (BM, BN, BK, THREADS, GROUP_M, UNROLL);
 each is also run once on a shape that is not a multiple of its tile (the clamped loads and clipped
 stores), whose NMSE over the whole output is the note "edge NMSE".  bf16 inputs are float32 values rounded to
 bfloat16 (kbench.quant), the reference the float64 product of those exact values.
@@ -80,25 +80,23 @@ F16_TILES = [
     (2, 4, 4, 2, 64, 8),       # BK 64 (one stage)
     (2, 4, 4, 2, 16, 8),       # BK 16
 ]
-#: coopmat2 variants (BM, BN, BK, THREADS, GROUP_M, PREFETCH); a device lists the workgroup sizes and
+#: coopmat2 variants (BM, BN, BK, THREADS, GROUP_M, UNROLL); a device lists the workgroup sizes and
 #: granularities it accepts, the others are reported as rejected
 CM2_TILES = [
-    (128, 256, 64, 256, 8, 0),
-    (128, 256, 64, 256, 8, 1),
-    (256, 128, 64, 256, 8, 0),
-    (128, 128, 64, 256, 8, 0),
-    (128, 128, 64, 256, 8, 1),
-    (128, 256, 32, 256, 8, 0),
-    (256, 256, 32, 512, 8, 0),
-    (128, 128, 32, 128, 8, 0),
-    (128, 256, 64, 512, 8, 0),
-    (128, 256, 64, 256, 1, 0),
-    (64, 64, 32, 128, 8, 1),
+    (128, 256, 32, 256, 8, 1),
+    (128, 256, 32, 256, 8, 4),
+    (128, 128, 32, 128, 8, 4),
+    (128, 256, 16, 256, 8, 8),
+    (128, 256, 64, 256, 8, 2),
+    (128, 128, 16, 128, 8, 8),
+    (256, 128, 32, 256, 8, 4),
+    (128, 256, 32, 256, 8, 8),
+    (64, 64, 32, 128, 8, 4),
 ]
 #: how many of CM2_TILES the bf16 sweep runs
-BF16_CM2_TILES = 5
-#: the KHR kernel beside them (its default tile; F16_TILES sweeps it further)
-KHR_COOP_TILES = [(2, 4, 4, 2, 32, 8)]
+BF16_CM2_TILES = 2
+#: the KHR kernel beside them: its default tile first (bf16 runs that one only)
+KHR_COOP_TILES = F16_TILES
 EDGE_SIZE = (333, 517, 259)
 SAMPLE_ROWS = 8
 
@@ -367,7 +365,7 @@ def parse_coop_variant(text: str) -> tuple[str, tuple[int, ...]]:
     """"cm2:128x256x64x256x8x1" -> ("coopmat2", (128, 256, 64, 256, 8, 1)); "khr:2x4x4x2x32x8" ->
     ("khr", (2, 4, 4, 2, 32, 8)): a cooperative-matrix variant for --coop-variant."""
     path, _, tile = text.partition(":")
-    want = {"cm2": ("coopmat2", 6, "BMxBNxBKxTHREADSxGROUP_MxPREFETCH"), "khr": ("khr", 6, "WG_MxWG_NxSG_MxSG_NxBKxGROUP_M")}
+    want = {"cm2": ("coopmat2", 6, "BMxBNxBKxTHREADSxGROUP_MxUNROLL"), "khr": ("khr", 6, "WG_MxWG_NxSG_MxSG_NxBKxGROUP_M")}
     if path not in want:
         raise argparse.ArgumentTypeError(f"coop variant {text!r} must start with cm2: or khr:")
     name, count, shape = want[path]
@@ -449,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
                     metavar="BMxBNxBKxTMxTNxGROUP_M[:wWARP_N[:checked]]",
                     type=parse_fp32_variant, help="fp32 variants to run in place of the built-in list (repeat)")
     ap.add_argument("--coop-variant", action="append", default=[], type=parse_coop_variant,
-                    metavar="cm2:BMxBNxBKxTHREADSxGROUP_MxPREFETCH|khr:WG_MxWG_NxSG_MxSG_NxBKxGROUP_M",
+                    metavar="cm2:BMxBNxBKxTHREADSxGROUP_MxUNROLL|khr:WG_MxWG_NxSG_MxSG_NxBKxGROUP_M",
                     help="fp16/bf16 variants to run in place of the built-in lists (repeat)")
     ap.add_argument("--sizes", type=parse_sizes, default=None, metavar="M,N,K[;M,N,K...]",
                     help="sizes in place of 4096^3 and 8192^3")
@@ -510,7 +508,8 @@ def main(argv: list[str] | None = None) -> int:
             # emulated: the KHR kernel stands in for both paths, so only its tiles are run; bf16
             # (the same matrix units) takes the first few coopmat2 tiles only, to save time
             tiles = cm2_tiles if dtype == "f16" else cm2_tiles[:BF16_CM2_TILES]
-            variants = ([] if emulate else [("coopmat2", t) for t in tiles]) + [("khr", t) for t in khr_tiles]
+            khr = khr_tiles if dtype == "f16" else khr_tiles[:1]
+            variants = [("khr", t) for t in khr] + ([] if emulate else [("coopmat2", t) for t in tiles])
             if args.coop_variant:
                 variants = [v for v in args.coop_variant if not (emulate and v[0] == "coopmat2")]
             for size in sizes:
