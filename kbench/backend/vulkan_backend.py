@@ -286,8 +286,8 @@ class VulkanBackend(ComputeBackend):
 
     def matmul_f16(self, a: BufferHandle, b: BufferHandle, out: BufferHandle, m: int, n: int, k: int) -> None:
         """``out[m,n] = A[m,k] @ B[k,n]`` with A, B float16 and out float32 (row-major), on
-        cooperative matrices (fp32 accumulation): VK_NV_cooperative_matrix2 where the device has
-        it, else VK_KHR_cooperative_matrix (KernelPolicy.matmul_f16_plan). Raises
+        cooperative matrices (fp32 accumulation): VK_KHR_cooperative_matrix or
+        VK_NV_cooperative_matrix2, chosen from the device's properties (KernelPolicy.matmul_f16_plan). Raises
         kp.UnsupportedFeatureError, before any GPU work, on devices with neither."""
         from kbench.backend.base import check_matmul_f16
 
