@@ -11,7 +11,9 @@
 // padded by 4 floats so the transposing stores hit distinct banks), B as is.  With STAGES = 2
 // the slices are double-buffered: the next slice is fetched into registers while the current
 // one is multiplied, then stored into the other buffer (one barrier per slice); STAGES = 1
-// uses one buffer and two barriers (for devices with little shared memory).
+// uses one buffer and two barriers (for devices with little shared memory).  SPLIT = 1 (with
+// STAGES = 2) staggers the fetch: A's next slice at the start, stored half way through the slice,
+// then B's (stored at the end), so only one of the two is held in registers at a time.
 //
 // VEC4 = 1 (needs n % 4 == 0 and k % 4 == 0): global loads and stores of C are whole vec4s.
 // VEC4 = 2 (needs m % BM == 0, n % BN == 0 and k % BK == 0 besides): the same without bounds checks.
@@ -38,6 +40,7 @@ layout(constant_id = 6) const uint VEC4 = 0;
 layout(constant_id = 7) const uint STAGES = 2;
 layout(constant_id = 8) const uint GROUP_M = 1;
 layout(constant_id = 9) const uint WARP_N = 0;
+layout(constant_id = 10) const uint SPLIT = 0;
 
 // vec4 views of the buffers; the general path reads and writes single components
 layout(std430, binding = 0) restrict readonly buffer MatA { vec4 a4[]; };
@@ -62,6 +65,7 @@ const uint B_LOAD4 = BK * BN / 4u;
 const uint LA = (A_LOAD4 + THREADS - 1u) / THREADS;  // per invocation
 const uint LB = (B_LOAD4 + THREADS - 1u) / THREADS;
 const uint KQ = BK / 4u;           // vec4s along k of one A row slice
+const bool SPLIT_ON = SPLIT != 0u && STAGES == 2u;
 
 shared vec4 sA[STAGES * A_SLICE4];  // sA[s*A_SLICE4 + p*AROW4 + r/4][r%4] = A[row0 + r, k0 + p]
 shared vec4 sB[STAGES * B_SLICE4];  // sB[s*B_SLICE4 + p*BROW4 + j/4][j%4] = B[k0 + p, col0 + j]
@@ -69,8 +73,8 @@ shared vec4 sB[STAGES * B_SLICE4];  // sB[s*B_SLICE4 + p*BROW4 + j/4][j%4] = B[k
 vec4 pa[LA];
 vec4 pb[LB];
 
-// fetch the A and B slices starting at k0 into pa / pb (zero outside the matrices)
-void fetch(uint row0, uint col0, uint k0, uint lid) {
+// fetch the A slice starting at k0 into pa (zero outside the matrix)
+void fetch_a(uint row0, uint k0, uint lid) {
     [[unroll]] for (uint i = 0u; i < LA; ++i) {
         uint e = lid + i * THREADS;
         vec4 v = vec4(0.0);
@@ -95,6 +99,10 @@ void fetch(uint row0, uint col0, uint k0, uint lid) {
         }
         pa[i] = v;
     }
+}
+
+// fetch the B slice starting at k0 into pb (zero outside the matrix)
+void fetch_b(uint col0, uint k0, uint lid) {
     [[unroll]] for (uint i = 0u; i < LB; ++i) {
         uint e = lid + i * THREADS;
         vec4 v = vec4(0.0);
@@ -120,8 +128,8 @@ void fetch(uint row0, uint col0, uint k0, uint lid) {
     }
 }
 
-// store pa / pb into shared buffer `stage`
-void stash(uint stage, uint lid) {
+// store pa into shared buffer `stage`
+void stash_a(uint stage, uint lid) {
     [[unroll]] for (uint i = 0u; i < LA; ++i) {
         uint e = lid + i * THREADS;
         if (e < A_LOAD4) {
@@ -134,6 +142,10 @@ void stash(uint stage, uint lid) {
             }
         }
     }
+}
+
+// store pb into shared buffer `stage`
+void stash_b(uint stage, uint lid) {
     [[unroll]] for (uint i = 0u; i < LB; ++i) {
         uint e = lid + i * THREADS;
         if (e < B_LOAD4) {
@@ -180,19 +192,30 @@ void main() {
     vec4 rb[TN / 4u];
 
     uint slices = (pc.k + BK - 1u) / BK;
-    fetch(row0, col0, 0u, lid);
-    stash(0u, lid);
+    fetch_a(row0, 0u, lid);
+    fetch_b(col0, 0u, lid);
+    stash_a(0u, lid);
+    stash_b(0u, lid);
     barrier();
 
     for (uint s = 0u; s < slices; ++s) {
         uint stage = (STAGES == 2u) ? (s & 1u) : 0u;
         bool more = s + 1u < slices;
-        if (more) {
-            fetch(row0, col0, (s + 1u) * BK, lid);  // in flight while this slice is multiplied
+        uint next = (s + 1u) * BK;
+        if (more) {  // in flight while this slice is multiplied
+            fetch_a(row0, next, lid);
+            if (!SPLIT_ON) {
+                fetch_b(col0, next, lid);
+            }
         }
         uint abase = stage * A_SLICE4 + ty;
         uint bbase = stage * B_SLICE4 + tx;
         [[unroll]] for (uint p = 0u; p < BK; ++p) {
+            if (SPLIT_ON && p == BK / 2u && more) {
+                // half way: A's next slice goes to the other buffer, B's is fetched in its registers
+                stash_a(stage ^ 1u, lid);
+                fetch_b(col0, next, lid);
+            }
             [[unroll]] for (uint g = 0u; g < TM / 4u; ++g) {
                 ra[g] = sA[abase + p * AROW4 + g * (BM / TM)];
             }
@@ -211,14 +234,18 @@ void main() {
             }
         }
         if (STAGES == 2u) {
-            if (more) {
-                stash(stage ^ 1u, lid);  // the other buffer: everyone finished it before the last barrier
+            if (more) {  // the other buffer: everyone finished it before the last barrier
+                if (!SPLIT_ON) {
+                    stash_a(stage ^ 1u, lid);
+                }
+                stash_b(stage ^ 1u, lid);
             }
             barrier();
         } else {
             barrier();  // everyone is done with the only buffer
             if (more) {
-                stash(0u, lid);
+                stash_a(0u, lid);
+                stash_b(0u, lid);
             }
             barrier();
         }

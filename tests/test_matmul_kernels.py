@@ -113,6 +113,26 @@ def test_fp32_warp_patches_match_float64(tile, warp_n):
 
 
 @needs_device
+@pytest.mark.parametrize("tile,warp_n", [
+    ((128, 128, 8, 8, 8, 8), 4),    # staggered fetch, BK 8
+    ((64, 64, 16, 4, 4, 2), 0),     # BK 16, 4x4 per invocation
+    ((128, 64, 32, 8, 8, 1), 0),    # one stage on lavapipe's 32 KiB: SPLIT has no effect
+])
+def test_fp32_split_fetch_matches_float64(tile, warp_n):
+    from kbench.backend import VulkanBackend
+
+    rng = np.random.default_rng(4)
+    with VulkanBackend(matmul_tile=tile, matmul_warp_n=warp_n) as be:
+        be._policy.matmul_split = True  # noqa: SLF001 - the probe's switch, before any matmul kernel is made
+        for m, n, k in FP32_SHAPES:
+            a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+            b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
+            err = nmse(run_matmul(be, a, b), a.astype(np.float64) @ b.astype(np.float64))
+            assert err < NMSE_MATMUL, f"matmul {tile} split {m}x{n}x{k}: NMSE {err:.2e}"
+        assert be._policy.matmul(2).spec[-1] == 1  # noqa: SLF001
+
+
+@needs_device
 def test_fp32_validation_layer_is_quiet():
     from kbench.backend import VulkanBackend
     from kbench.runtime.device import VALIDATION_LAYER, layer_available
@@ -138,7 +158,8 @@ def test_gpu_policy_double_buffers_and_groups():
     assert pol.matmul_tile == (128, 128, 8, 8, 8)
     assert pol.matmul_stages == 2 and pol.matmul_group_m == 8
     k = pol.matmul(True)
-    assert k.spv == "matmul.spv" and k.spec == (256, 128, 128, 8, 8, 8, 1, 2, 8, KernelPolicy.MATMUL_GPU_WARP_N)
+    assert k.spv == "matmul.spv" and k.spec == (256, 128, 128, 8, 8, 8, 1, 2, 8, KernelPolicy.MATMUL_GPU_WARP_N,
+                                                   int(KernelPolicy.MATMUL_GPU_SPLIT))
     assert pol.matmul(False).spec[6] == 0
     assert pol.matmul_vec4(4096, 4096) and not pol.matmul_vec4(4096, 4095) and not pol.matmul_vec4(6, 8)
     assert pol.matmul_grid(4096, 8192) == (64, 32, 1)
@@ -199,7 +220,7 @@ def test_unchecked_path_only_for_whole_tiles():
 
 def test_warp_patch_spec_constant():
     pol = KernelPolicy(_props(), matmul_tile=(128, 128, 8, 8, 16), matmul_warp_n=4)
-    assert pol.matmul(True).spec == (128, 128, 128, 8, 8, 16, 1, 2, 8, 4)
+    assert pol.matmul(True).spec[:10] == (128, 128, 128, 8, 8, 16, 1, 2, 8, 4)
     assert KernelPolicy(_props(device_type="cpu")).matmul_warp_n == 0
 
 

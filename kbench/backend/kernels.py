@@ -255,6 +255,7 @@ class KernelPolicy:
         self.single_group_limit = int(single_group_limit)
         self.matmul_tile = self._pick_matmul_tile(matmul_tile)
         self.matmul_warp_n = self._pick_matmul_warp_n(matmul_warp_n)
+        self.matmul_split = self.MATMUL_GPU_SPLIT and not self.is_cpu
         self.matmul_f16_tile = self._pick_matmul_f16_tile(matmul_f16_tile)
         if matmul_f16_path not in (None, "coopmat2", "khr"):
             raise ValueError(f"matmul_f16_path must be None (automatic), 'coopmat2' or 'khr', got {matmul_f16_path!r}")
@@ -323,6 +324,7 @@ class KernelPolicy:
     MATMUL_TINY_TILE = (32, 32, 8, 4, 4)
     MATMUL_GPU_GROUP_M = 8
     MATMUL_GPU_WARP_N = 4
+    MATMUL_GPU_SPLIT = False
 
     def _pick_matmul_tile(self, tile) -> tuple[int, ...]:
         if tile is None:
@@ -393,6 +395,9 @@ class KernelPolicy:
     #: let matmul_path choose matmul.comp's unchecked path (VEC4 = 2) where the sizes are whole tiles
     #: (the probe turns it off to time the checked path)
     matmul_unchecked = True
+    #: matmul.comp's SPLIT: A's and B's next slices fetched half a slice apart (set from
+    #: MATMUL_GPU_SPLIT on GPUs; the probe sets it per variant)
+    matmul_split = False
 
     def matmul_path(self, m: int, n: int, k: int) -> int:
         """matmul.comp's VEC4 for these sizes: 2 (vec4, no bounds checks: m, n, k whole tiles),
@@ -404,14 +409,14 @@ class KernelPolicy:
         return 2 if whole and self.matmul_unchecked else 1
 
     def matmul(self, vec4: int = 0) -> Kernel:
-        """Spec constants: (invocations, BM, BN, BK, TM, TN, VEC4, STAGES, GROUP_M, WARP_N);
+        """Spec constants: (invocations, BM, BN, BK, TM, TN, VEC4, STAGES, GROUP_M, WARP_N, SPLIT);
         ``vec4`` is :meth:`matmul_path`'s VEC4 (a bool means 1 or 0)."""
         path = int(vec4)
         if path not in (0, 1, 2):
             raise ValueError(f"matmul: VEC4 must be 0, 1 or 2, got {vec4!r}")
         bm, bn, bk, tm, tn = self.matmul_tile[:5]
         spec = ((bm // tm) * (bn // tn), bm, bn, bk, tm, tn, path, self.matmul_stages,
-                self.matmul_group_m, self.matmul_warp_n)
+                self.matmul_group_m, self.matmul_warp_n, int(self.matmul_split))
         return Kernel("matmul.spv", spec, PUSH_MATMUL)
 
     def matmul_grid(self, m: int, n: int) -> tuple[int, int, int]:
@@ -1195,6 +1200,7 @@ def describe_policy(policy: KernelPolicy) -> dict[str, Any]:
         "matmul_group_m": policy.matmul_group_m,
         "matmul_stages": policy.matmul_stages,
         "matmul_warp_n": policy.matmul_warp_n,
+        "matmul_split": policy.matmul_split,
         "matmul_f16_tile": policy.matmul_f16_tile,
         "matmul_f16_path": policy.matmul_f16_path(),
         "subgroups": policy.use_subgroups,

@@ -48,7 +48,9 @@ from .settled import time_settled
 #: fp32 variants: (matmul_tile with GROUP_M, matmul_warp_n); the first is the policy's GPU default
 FP32_VARIANTS: list[tuple] = [
     (KernelPolicy.MATMUL_GPU_TILE + (KernelPolicy.MATMUL_GPU_GROUP_M,), KernelPolicy.MATMUL_GPU_WARP_N),
-    ((128, 128, 8, 8, 8, 8), 4, True),  # the same with bounds checks (VEC4 = 1)
+    ((128, 128, 8, 8, 8, 8), 4, "checked"),  # the same with bounds checks (VEC4 = 1)
+    ((128, 128, 8, 8, 8, 8), 4, "split"),    # A's and B's next slices fetched half a slice apart
+    ((128, 128, 16, 8, 8, 8), 4, "split"),   # BK 16 holding only one of them at a time
     ((128, 128, 8, 8, 8, 8), 0),     # 256 invocations of 8x8, row-major (16 x 2 per subgroup)
     ((128, 128, 8, 8, 8, 8), 8),     # 4 x 8 patches
     ((128, 128, 8, 8, 8, 8), 4),     # 8 x 4 patches
@@ -101,10 +103,15 @@ EDGE_SIZE = (333, 517, 259)
 SAMPLE_ROWS = 8
 
 
-def fp32_name(tile: tuple[int, ...], warp_n: int, checked: bool = False) -> str:
-    """A variant's name in the probe's rows: "BMxBNxBKxTMxTNxGROUP_M wWARP_N[ checked]" (checked: bounds
-    checks kept where the sizes are whole tiles, KernelPolicy.matmul_unchecked off)."""
-    return "x".join(map(str, tile)) + f" w{warp_n}" + (" checked" if checked else "")
+#: fp32 variant flags: "checked" keeps the bounds checks where the sizes are whole tiles
+#: (KernelPolicy.matmul_unchecked off), "split" staggers A's and B's fetches (matmul_split),
+#: "nosplit" turns that off where the default has it
+FP32_FLAGS = ("checked", "split", "nosplit")
+
+
+def fp32_name(tile: tuple[int, ...], warp_n: int, flags: str = "") -> str:
+    """A variant's name in the probe's rows: "BMxBNxBKxTMxTNxGROUP_M wWARP_N[ FLAG...]"."""
+    return " ".join(["x".join(map(str, tile)), f"w{warp_n}"] + flags.split())
 
 
 def bf16_round(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -185,7 +192,7 @@ class Probe:
         tflops = 2 * m * n * k / ns / 1e3 if ns else float("nan")
         self.rows.append({"kind": kind, "m": m, "n": n, "k": k, "variant": variant, "ms": ms,
                           "tflops": tflops, "nmse": err, "note": note})
-        print(f"{kind:<6} {m}x{n}x{k:<6} {variant:<26} {ms:9.3f} ms {tflops:8.2f} TFLOP/s  "
+        print(f"{kind:<6} {m}x{n}x{k:<6} {variant:<32} {ms:9.3f} ms {tflops:8.2f} TFLOP/s  "
               f"NMSE {err:9.2e} {note}", flush=True)
 
     def late(self) -> bool:
@@ -204,21 +211,23 @@ class Probe:
             be.copy_to_device(a, ha)
             be.copy_to_device(b, hb)
             del a, b
-            for tile, warp_n, *checked in variants:
-                name = fp32_name(tile, warp_n, *checked)
+            for tile, warp_n, *flags in variants:
+                name = fp32_name(tile, warp_n, *flags)
+                flags = " ".join(flags).split()
                 if self.late():
                     self.record("fp32", size, name, None, float("nan"), "skipped: time budget")
                     continue
                 try:
                     pol = self.use(matmul_tile=tile, matmul_warp_n=warp_n)
-                    pol.matmul_unchecked = not any(checked)
+                    pol.matmul_unchecked = "checked" not in flags
+                    pol.matmul_split = "split" in flags or (pol.matmul_split and "nosplit" not in flags)
                 except ValueError as exc:
                     self.record("fp32", size, name, None, float("nan"), f"rejected: {exc}")
                     continue
                 be.copy_to_device(np.zeros(m * n, np.float32), ho)
                 ns = self.time_op(lambda: be.matmul(ha, hb, ho, m, n, k))
                 err = nmse(self.sample_rows(ho, m, n, rows), ref)
-                note = f"stages={pol.matmul_stages} vec4={pol.matmul_path(m, n, k)}"
+                note = f"stages={pol.matmul_stages} vec4={pol.matmul_path(m, n, k)} split={int(pol.matmul_split)}"
                 self.record("fp32", size, name, ns, err, note)
         finally:
             for h in (ha, hb, ho):
@@ -337,7 +346,7 @@ def torch_rows(sizes, repeats: int, kinds=("fp32", "fp16", "bf16")) -> list[dict
             row = {"kind": "torch", "m": m, "n": n, "k": k, "variant": label, "ms": ns / 1e6,
                    "tflops": tflops, "nmse": err, "note": "CUDA events"}
             out.append(row)
-            print(f"{'torch':<6} {m}x{n}x{k:<6} {label:<26} {ns / 1e6:9.3f} ms {tflops:8.2f} TFLOP/s  "
+            print(f"{'torch':<6} {m}x{n}x{k:<6} {label:<32} {ns / 1e6:9.3f} ms {tflops:8.2f} TFLOP/s  "
                   f"NMSE {err:9.2e} CUDA events", flush=True)
             del a, b, c
         torch.cuda.empty_cache()
@@ -345,20 +354,22 @@ def torch_rows(sizes, repeats: int, kinds=("fp32", "fp16", "bf16")) -> list[dict
 
 
 def parse_fp32_variant(text: str) -> tuple:
-    """"128x128x8x8x16x8:w4" (or "... w4", or no warp part: 0; ":checked" at the end keeps the bounds
-    checks) -> ((128, 128, 8, 8, 16, 8), 4[, True])."""
+    """"128x128x8x8x16x8:w4" (or "... w4", or no warp part: 0; then ":FLAG" for each of FP32_FLAGS
+    wanted) -> ((128, 128, 8, 8, 16, 8), 4[, "FLAG ..."])."""
     tile, _, warp = text.replace(" ", ":").partition(":")
     warp, _, flag = warp.partition(":")
+    flags = [f for f in flag.split(":") if f]
     try:
-        if flag not in ("", "checked"):
+        if any(f not in FP32_FLAGS for f in flags):
             raise ValueError(flag)
         parts = tuple(int(v) for v in tile.split("x"))
         warp_n = int(warp.lstrip("w")) if warp else 0
     except ValueError:
-        raise argparse.ArgumentTypeError(f"fp32 variant {text!r} is not BMxBNxBKxTMxTNxGROUP_M[:wWARP_N[:checked]]") from None
+        raise argparse.ArgumentTypeError(f"fp32 variant {text!r} is not BMxBNxBKxTMxTNxGROUP_M[:wWARP_N[:FLAG...]] "
+                                         f"(flags: {', '.join(FP32_FLAGS)})") from None
     if len(parts) != 6:
         raise argparse.ArgumentTypeError(f"fp32 variant {text!r} needs 6 numbers (BMxBNxBKxTMxTNxGROUP_M)")
-    return (parts, warp_n, True) if flag else (parts, warp_n)
+    return (parts, warp_n, " ".join(flags)) if flags else (parts, warp_n)
 
 
 def parse_coop_variant(text: str) -> tuple[str, tuple[int, ...]]:
@@ -429,7 +440,7 @@ def print_fp32_ranking(rows: list[dict]) -> None:
         print(f"fp32 ranking {size[0]}x{size[1]}x{size[2]} ({head}):")
         for i, r in enumerate(ran, 1):
             ratio = f"{r['tflops'] / peer:5.3f}x" if peer else "   -  "
-            print(f"  {i:2d}. {r['variant']:<26} {r['tflops']:8.2f} TFLOP/s  {ratio}  NMSE {r['nmse']:.1e}",
+            print(f"  {i:2d}. {r['variant']:<32} {r['tflops']:8.2f} TFLOP/s  {ratio}  NMSE {r['nmse']:.1e}",
                   flush=True)
 
 
@@ -444,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--fp32-only", action="store_true", help="only the fp32 variants (and torch fp32)")
     ap.add_argument("--fp32-variant", action="append", default=[],
-                    metavar="BMxBNxBKxTMxTNxGROUP_M[:wWARP_N[:checked]]",
+                    metavar="BMxBNxBKxTMxTNxGROUP_M[:wWARP_N[:FLAG...]]",
                     type=parse_fp32_variant, help="fp32 variants to run in place of the built-in list (repeat)")
     ap.add_argument("--coop-variant", action="append", default=[], type=parse_coop_variant,
                     metavar="cm2:BMxBNxBKxTHREADSxGROUP_MxUNROLL|khr:WG_MxWG_NxSG_MxSG_NxBKxGROUP_M",
