@@ -1075,7 +1075,7 @@ class KernelPolicy:
     #: rows per team and units loaded ahead: (rows, unroll) for rows of fewer than LONG_ROW_UNITS
     #: units of 32 weights, and for longer rows (fewer, longer rows: fewer rows in flight, more
     #: units of each); the H200's fastest (docs/kernel-choices.md)
-    QMATVEC_PACKED_ROWS = {"short": (4, 2), "long": (2, 4)}
+    QMATVEC_PACKED_ROWS = {"short": (4, 1), "long": (2, 2)}
     QMATVEC_PACKED_LONG_ROW_UNITS = 256
     #: the automatic choice shrinks the teams per workgroup until the grid has at least this many
     #: workgroups per compute unit (or 256 workgroups where the device does not say how many units)
