@@ -479,8 +479,10 @@ class KernelPolicy:
     # one BM x BN accumulator per workgroup of THREADS invocations, BK-deep slices loaded through
     # tensor layouts, the slice loop unrolled UNROLL times.  The default is the first of MATMUL_CM2_TILES the device's
     # flexible-dimension list admits (granularities and workgroup size).
-    MATMUL_CM2_TILES = ((128, 256, 64, 256), (256, 128, 64, 256), (128, 128, 64, 256), (128, 128, 32, 128),
-                        (64, 64, 32, 128), (64, 64, 16, 64), (32, 32, 16, 32))
+    # fastest first as measured on the H200 (docs/kernel-choices.md), then smaller fallbacks for
+    # devices that list other workgroup sizes or granularities
+    MATMUL_CM2_TILES = ((128, 256, 32, 256), (128, 128, 32, 128), (128, 256, 64, 256), (128, 128, 64, 256),
+                        (256, 128, 64, 256), (64, 64, 32, 128), (64, 64, 16, 64), (32, 32, 16, 32))
     MATMUL_CM2_GROUP_M = 8
     MATMUL_CM2_UNROLL = 1
     #: the order in which matmul_f16_path takes the paths a device has: the KHR kernel first, as
