@@ -719,8 +719,10 @@ class KernelPolicy:
     ATTENTION_STREAM_LANES = 32
     #: vec4 loads of K (and as many of V) each lane issues before using them
     ATTENTION_STREAM_LOADS = 4
-    #: the streaming pass's chunk aims at this many workgroups (of ATTENTION_STREAM_WG invocations)
-    ATTENTION_STREAM_TARGET_GROUPS = 1024
+    #: the streaming pass's chunk aims at this many workgroups (of ATTENTION_STREAM_WG invocations):
+    #: two per SM of an H200 (132), long chunks that amortize each workgroup's start and merge
+    #: (docs/kernel-choices.md)
+    ATTENTION_STREAM_TARGET_GROUPS = 264
     ATTENTION_STREAM_WG = 256
     ATTENTION_STREAM_HEADS_FIRST = False
     ATTENTION_STREAM_PREFETCH = False
