@@ -3,7 +3,7 @@
 on VK_KHR_cooperative_matrix, shaders/matmul_coop2.comp on VK_NV_cooperative_matrix2), with
 PyTorch's fp32 (TF32 off), fp16 and bf16 matmul beside them when CUDA is there.
 
-    kbench probe matmul            # on the GPU: 4096^3 and 8192^3, about a minute
+    kbench probe matmul            # on the GPU: 4096^3 and 8192^3, a few minutes (--budget cuts it)
     kbench probe matmul --small    # tiny sizes (lavapipe / CI smoke test)
     kbench probe matmul --kinds fp16,bf16   # only the cooperative-matrix kernels
 
@@ -15,12 +15,13 @@ first, median of --repeats), and checked on a few sampled rows against float64 N
 rounded inputs).  Variants are selected through KernelPolicy options on one backend, so the inputs
 are uploaded once per size.  Columns: variant, ms (median), TFLOP/s, NMSE on the sample.
 
-fp32 variants are matmul_tile = (BM, BN, BK, TM, TN, GROUP_M) with matmul_warp_n (named
-"BMxBNxBKxTMxTNxGROUP_M wWARP_N"); spec constants of matmul.comp: (invocations, BM, BN, BK, TM, TN,
-VEC4, STAGES, GROUP_M, WARP_N), STAGES = 2 where two slices fit in shared memory.  Every variant runs
-at the first size; the larger sizes take the default and the --top fastest of the first.  The end
-ranks the fp32 variants per size with their ratio to torch fp32 of the same run (--fp32-only: no
-fp16 or bf16 part).  fp16 variants are matmul_f16_tile = (WG_M, WG_N, SG_M, SG_N, BK, GROUP_M); spec
+fp32 variants are matmul_tile = (BM, BN, BK, TM, TN, GROUP_M) with matmul_warp_n and flags (named
+"BMxBNxBKxTMxTNxGROUP_M wWARP_N [FLAG...]", FP32_FLAGS); spec constants of matmul.comp: (invocations,
+BM, BN, BK, TM, TN, VEC4, STAGES, GROUP_M, WARP_N, SPLIT), STAGES = 2 where two slices fit in shared
+memory.  Every variant runs at the first size; the larger sizes take the default and the --top
+fastest of the first.  The end ranks the fp32 variants per size with their ratio to torch fp32 of the
+same run (--fp32-only: no fp16 or bf16 part).  The H200's driver takes about 6 s to compile each fp32
+variant's pipeline (over a minute for the 128-accumulator tiles, listed last).  fp16 variants are matmul_f16_tile = (WG_M, WG_N, SG_M, SG_N, BK, GROUP_M); spec
 constants of matmul_coop.khr.spv: (invocations, WG_M, WG_N, SG_M, SG_N, BK, VEC, STAGES, GROUP_M).
 coopmat2 variants ("cm2 ...") are matmul_f16_cm2_tile = (BM, BN, BK, THREADS, GROUP_M, UNROLL);
 each is also run once on a shape that is not a multiple of its tile (the clamped loads and clipped
