@@ -50,6 +50,7 @@ layout(constant_id = 1) const uint ROWS = 4;     // rows per team
 layout(constant_id = 3) const uint LANES = 32;   // lanes per team (a power of two dividing WG)
 layout(constant_id = 4) const uint UNROLL = 2;   // units per row loaded before decoding
 layout(constant_id = 5) const bool PREFETCH = true;  // the first batch's loads before x is quantized
+layout(constant_id = 6) const uint NX = 1;       // vectors x (y = W x for each; x_v at v * n_cols, y_v at v * n_rows)
 const uint TEAMS = gl_WorkGroupSize.x / LANES;
 
 #if defined(QT_Q4_0)
@@ -62,12 +63,13 @@ const uint QV = 13u, UNITS = 8u, NQ = 4u;  // ql (2 uvec4) and qh (2 uvec4) of o
 
 layout(std430, binding = 0) readonly buffer Packed { uvec4 wq[]; };
 #if defined(XQ_WG)
-layout(constant_id = 2) const uint BLOCKS = 128;  // n_cols / 32 (the shared arrays' size)
+layout(constant_id = 2) const uint BLOCKS = 128;  // n_cols / 32 (the shared arrays' size, per vector)
 layout(std430, binding = 1) readonly buffer Input { vec4 x4[]; };
-shared uvec4 sxl[2u * BLOCKS];  // lo bytes, 8 words per block
-shared uvec4 sxh[2u * BLOCKS];  // hi bytes
-shared float sxs[BLOCKS];       // scales
-shared ivec2 sxsum[BLOCKS];     // sums of q over elements 0..15 and 16..31
+// block b of vector v at v * BLOCKS + b
+shared uvec4 sxl[2u * BLOCKS * NX];  // lo bytes, 8 words per block
+shared uvec4 sxh[2u * BLOCKS * NX];  // hi bytes
+shared float sxs[BLOCKS * NX];       // scales
+shared ivec2 sxsum[BLOCKS * NX];     // sums of q over elements 0..15 and 16..31
 #else
 layout(std430, binding = 1) readonly buffer XQ { uvec4 xq[]; };
 #endif
@@ -79,7 +81,7 @@ layout(push_constant) uniform Push {
     uint row_bytes;  // of the GGUF rows (unused: the push layout of every qmatvec kernel)
 } pc;
 
-shared float part[ROWS * gl_WorkGroupSize.x];  // per row, one slot per subgroup or per lane
+shared float part[ROWS * NX * gl_WorkGroupSize.x];  // per row and vector, one slot per subgroup or per lane
 
 // The weights stay unsigned (Q4_0 nibbles 0..15, Q6_K 6-bit q 0..63) in the dot products with x's
 // signed bytes; their offsets (8, 32) come off once per 16 elements through the sum of x's q
@@ -164,35 +166,55 @@ void fetch(uint blk, uint b, out uvec4 q[NQ], out uint extra, out float d) {
 #endif
 }
 
-// one unit's contribution: its integer dot with x's two byte halves, scaled (xs: x's q summed
-// over the unit's elements 0..15 and 16..31)
-float unit_dot(uvec4 q[NQ], uint extra, float d, uint b, uvec4 xl0, uvec4 xl1, uvec4 xh0, uvec4 xh1, float sx,
-               ivec2 xs) {
+// One unit decoded once for all vectors: its weights as bytes (elements 0..15 in wa, 16..31 in
+// wb; unsigned quants except Q8_0's signed ones) and the scale of each half.
+#if defined(QT_Q8_0)
+const int OFFSET = 0;  // signed weights: nothing to take off
+int wdot4(uvec4 x, uvec4 w) {
+    return dot4(w, x);
+}
+#else
+#if defined(QT_Q4_0)
+const int OFFSET = 8;
+#else
+const int OFFSET = 32;
+#endif
+int wdot4(uvec4 x, uvec4 w) {
+    return udot4(x, w);
+}
+#endif
+
+void decode(uvec4 q[NQ], uint extra, float d, uint b, out uvec4 wa, out uvec4 wb, out vec2 scale) {
 #if defined(QT_Q6_K)
     uint g = b & 3u;
     uint ls = 4u * (g >> 1u), hs = 2u * g;
     uvec4 l0 = q[0], l1 = q[1], h0 = q[2], h1 = q[3];
-    uvec4 qa = uvec4(q6_bytes(l0.x, h0.x, ls, hs), q6_bytes(l0.y, h0.y, ls, hs),
-                     q6_bytes(l0.z, h0.z, ls, hs), q6_bytes(l0.w, h0.w, ls, hs));
-    uvec4 qb = uvec4(q6_bytes(l1.x, h1.x, ls, hs), q6_bytes(l1.y, h1.y, ls, hs),
-                     q6_bytes(l1.z, h1.z, ls, hs), q6_bytes(l1.w, h1.w, ls, hs));
-    // each sum of 16 is below 2^24, so exact in fp32
-    float ta = float(256 * udot4(xh0, qa) + udot4(xl0, qa) - 32 * xs.x);
-    float tb = float(256 * udot4(xh1, qb) + udot4(xl1, qb) - 32 * xs.y);
+    wa = uvec4(q6_bytes(l0.x, h0.x, ls, hs), q6_bytes(l0.y, h0.y, ls, hs),
+               q6_bytes(l0.z, h0.z, ls, hs), q6_bytes(l0.w, h0.w, ls, hs));
+    wb = uvec4(q6_bytes(l1.x, h1.x, ls, hs), q6_bytes(l1.y, h1.y, ls, hs),
+               q6_bytes(l1.z, h1.z, ls, hs), q6_bytes(l1.w, h1.w, ls, hs));
     int sb = int(16u * (g & 1u));
     int scw = int(extra);
-    return (ta * float(bitfieldExtract(scw, sb, 8)) + tb * float(bitfieldExtract(scw, sb + 8, 8))) * (d * sx);
+    scale = d * vec2(float(bitfieldExtract(scw, sb, 8)), float(bitfieldExtract(scw, sb + 8, 8)));
 #elif defined(QT_Q4_0)
-    uvec4 w = q[0];
-    // elements 0..15 are the low nibbles (x words 0..3), 16..31 the high ones (words 4..7)
-    uvec4 lo = w & 0x0F0F0F0Fu;
-    uvec4 hi = (w >> 4u) & 0x0F0F0F0Fu;
-    int t = 256 * (udot4(xh0, lo) + udot4(xh1, hi)) + udot4(xl0, lo) + udot4(xl1, hi) - 8 * (xs.x + xs.y);
-    return float(t) * (d * sx);
+    // elements 0..15 are the low nibbles, 16..31 the high ones
+    wa = q[0] & 0x0F0F0F0Fu;
+    wb = (q[0] >> 4u) & 0x0F0F0F0Fu;
+    scale = vec2(d);
 #else
-    int t = 256 * (dot4(q[0], xh0) + dot4(q[1], xh1)) + dot4(q[0], xl0) + dot4(q[1], xl1);
-    return float(t) * (d * sx);
+    wa = q[0];
+    wb = q[1];
+    scale = vec2(d);
 #endif
+}
+
+// a decoded unit against one vector's block: x's two byte halves (xl, xh: words of elements 0..15
+// then 16..31), its scale sx and sums of q xs.  Each half's integer sum is below 2^27 (exact in
+// fp32 below 2^24: Q4_0, Q6_K; Q8_0's rounds at 2^-24 relative).
+float unit_dot(uvec4 wa, uvec4 wb, vec2 scale, uvec4 xl0, uvec4 xl1, uvec4 xh0, uvec4 xh1, float sx, ivec2 xs) {
+    float ta = float(256 * wdot4(xh0, wa) + wdot4(xl0, wa) - OFFSET * xs.x);
+    float tb = float(256 * wdot4(xh1, wb) + wdot4(xl1, wb) - OFFSET * xs.y);
+    return (ta * scale.x + tb * scale.y) * sx;
 }
 
 // One batch: UNROLL units of each of a team's ROWS rows, all loaded before any is decoded.  A
@@ -218,9 +240,10 @@ void load_batch(uint row0, uint b0, uint nb) {
 // takes part in the workgroup's barriers); `loaded`: its first batch is in q_next already
 void team_rows(uint team, uint tl, uint lid, uint row0, uint nb, bool loaded) {
     uint rows = row0 < pc.n_rows ? min(ROWS, pc.n_rows - row0) : 0u;
-    float acc[ROWS];
-    for (uint r = 0u; r < ROWS; ++r) {
-        acc[r] = 0.0;
+    const uint K = ROWS * NX;  // accumulators: row r, vector v at r * NX + v
+    float acc[K];
+    for (uint k = 0u; k < K; ++k) {
+        acc[k] = 0.0;
     }
     const uint STEP = LANES * UNROLL;
     for (uint b0 = tl; b0 < nb; b0 += STEP) {
@@ -232,65 +255,73 @@ void team_rows(uint team, uint tl, uint lid, uint row0, uint nb, bool loaded) {
             if (b >= nb) {
                 break;
             }
-#if defined(XQ_WG)
-            uvec4 xl0 = sxl[2u * b], xl1 = sxl[2u * b + 1u];
-            uvec4 xh0 = sxh[2u * b], xh1 = sxh[2u * b + 1u];
-            float sx = sxs[b];
-            ivec2 xs = sxsum[b];
-#else
-            uvec4 xl0 = xq[2u * b], xl1 = xq[2u * b + 1u];
-            uvec4 xh0 = xq[2u * nb + 2u * b], xh1 = xq[2u * nb + 2u * b + 1u];
-            uint sxi = 16u * nb + b;  // x scale word
-            float sx = uintBitsToFloat(xq[sxi >> 2u][sxi & 3u]);
-#if defined(QT_Q8_0)
-            ivec2 xs = ivec2(0);  // signed weights: no offset to take off
-#else
-            ivec2 xs = ivec2(xsum16(xl0, xh0), xsum16(xl1, xh1));
-#endif
-#endif
+            uvec4 wa[ROWS], wb[ROWS];
+            vec2 scale[ROWS];
             for (uint r = 0u; r < ROWS; ++r) {
-                acc[r] += unit_dot(q_next[u * ROWS + r], extra_next[u * ROWS + r], d_next[u * ROWS + r], b, xl0, xl1,
-                                  xh0, xh1, sx, xs);
+                decode(q_next[u * ROWS + r], extra_next[u * ROWS + r], d_next[u * ROWS + r], b, wa[r], wb[r], scale[r]);
+            }
+            for (uint v = 0u; v < NX; ++v) {
+                uint gb = v * nb + b;  // block b of vector v among all vectors' blocks
+#if defined(XQ_WG)
+                uvec4 xl0 = sxl[2u * gb], xl1 = sxl[2u * gb + 1u];
+                uvec4 xh0 = sxh[2u * gb], xh1 = sxh[2u * gb + 1u];
+                float sx = sxs[gb];
+                ivec2 xs = sxsum[gb];
+#else
+                uint all = NX * nb;  // qmatvec_xq quantized every vector as one long x
+                uvec4 xl0 = xq[2u * gb], xl1 = xq[2u * gb + 1u];
+                uvec4 xh0 = xq[2u * all + 2u * gb], xh1 = xq[2u * all + 2u * gb + 1u];
+                uint sxi = 16u * all + gb;  // x scale word
+                float sx = uintBitsToFloat(xq[sxi >> 2u][sxi & 3u]);
+#if defined(QT_Q8_0)
+                ivec2 xs = ivec2(0);  // signed weights: no offset to take off
+#else
+                ivec2 xs = ivec2(xsum16(xl0, xh0), xsum16(xl1, xh1));
+#endif
+#endif
+                for (uint r = 0u; r < ROWS; ++r) {
+                    acc[r * NX + v] += unit_dot(wa[r], wb[r], scale[r], xl0, xl1, xh0, xh1, sx, xs);
+                }
             }
         }
     }
 #if defined(USE_SUBGROUP)
-    // butterfly within min(LANES, subgroup): every lane of it ends with the sum
+    // butterfly within min(LANES, subgroup): every lane of it ends with the sums
     uint width = min(LANES, gl_SubgroupSize);
-    for (uint r = 0u; r < ROWS; ++r) {
+    for (uint k = 0u; k < K; ++k) {
         for (uint m = 1u; m < width; m <<= 1u) {
-            acc[r] += subgroupShuffleXor(acc[r], m);
+            acc[k] += subgroupShuffleXor(acc[k], m);
         }
     }
     if (LANES <= gl_SubgroupSize) {
-        if (tl < rows) {
+        if (tl < K && tl / NX < rows) {  // lane k of the team writes accumulator k
             float s = 0.0;
-            for (uint r = 0u; r < ROWS; ++r) {  // lane r of the team writes row r
-                s = r == tl ? acc[r] : s;
+            for (uint k = 0u; k < K; ++k) {
+                s = k == tl ? acc[k] : s;
             }
-            y[row0 + tl] = s;
+            y[(tl % NX) * pc.n_rows + row0 + tl / NX] = s;
         }
     } else {
         uint per_team = LANES / gl_SubgroupSize;  // subgroups of a team (whole: LANES and WG are multiples)
         uint sg_in_team = tl / gl_SubgroupSize;
         if (gl_SubgroupInvocationID == 0u) {
-            for (uint r = 0u; r < ROWS; ++r) {
-                part[(team * ROWS + r) * per_team + sg_in_team] = acc[r];
+            for (uint k = 0u; k < K; ++k) {
+                part[(team * K + k) * per_team + sg_in_team] = acc[k];
             }
         }
         barrier();
-        if (tl < rows) {
+        if (tl < K && tl / NX < rows) {
             float s = 0.0;
             for (uint g = 0u; g < per_team; ++g) {
-                s += part[(team * ROWS + tl) * per_team + g];
+                s += part[(team * K + tl) * per_team + g];
             }
-            y[row0 + tl] = s;
+            y[(tl % NX) * pc.n_rows + row0 + tl / NX] = s;
         }
         barrier();  // part is written again by the workgroup's next row group
     }
 #else
-    for (uint r = 0u; r < ROWS; ++r) {
-        part[lid] = acc[r];
+    for (uint k = 0u; k < K; ++k) {
+        part[lid] = acc[k];
         barrier();
         for (uint h = LANES >> 1u; h > 0u; h >>= 1u) {  // LANES is a power of two: halves within the team
             if (tl < h) {
@@ -298,8 +329,8 @@ void team_rows(uint team, uint tl, uint lid, uint row0, uint nb, bool loaded) {
             }
             barrier();
         }
-        if (tl == 0u && r < rows) {
-            y[row0 + r] = part[lid];
+        if (tl == 0u && k / NX < rows) {
+            y[(k % NX) * pc.n_rows + row0 + k / NX] = part[lid];
         }
         barrier();
     }
@@ -323,7 +354,7 @@ void main() {
         load_batch(group * group_rows + team * ROWS, tl, nb);
     }
 #if defined(XQ_WG)
-    for (uint b = lid; b < nb; b += gl_WorkGroupSize.x) {
+    for (uint b = lid; b < NX * nb; b += gl_WorkGroupSize.x) {  // every vector's blocks
         quantize_block(b);
     }
     barrier();

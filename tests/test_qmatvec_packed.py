@@ -237,19 +237,19 @@ def test_packed_launch_shape_takes_the_knobs_and_the_automatic_shape():
     rows, unroll = KernelPolicy.QMATVEC_PACKED_ROWS["short"]
     k = pol.qmatvec(DType.Q4_0, 4096, 14336)
     # spec: workgroup size, rows per team, x blocks, lanes per team, units loaded ahead, first loads
-    # before x is quantized; x quantized by each workgroup where it fits in shared memory
+    # before x is quantized, vectors; x quantized by each workgroup where it fits in shared memory
     assert k.spv == "qmatvec_packed.q4_0.xwg.sg.spv" and not k.uses_xq, k
-    assert k.spec[1:] == (rows, 128, auto["lanes"], unroll, 1), k
+    assert k.spec[1:] == (rows, 128, auto["lanes"], unroll, 1, 1), k
     assert k.rows == rows * k.spec[0] // auto["lanes"], "the grid covers rows per team x teams per workgroup"
     assert k.groups(14336) >= 256, f"teams shrink until the grid has 256 workgroups, got {k.groups(14336)}"
     rows, unroll = KernelPolicy.QMATVEC_PACKED_ROWS["long"]
     k = pol.qmatvec(DType.Q4_0, 14336, 4096)
-    assert k.spec[1:] == (rows, 448, auto["lanes"], unroll, 1), "long rows: their own rows per team and unroll"
+    assert k.spec[1:] == (rows, 448, auto["lanes"], unroll, 1, 1), "long rows: their own rows per team and unroll"
     k = pol.qmatvec(DType.Q8_0, 65536, 64)  # 2048 blocks of x: 152 KiB, more than the device's 48
     assert ".xwg." not in k.spv and k.uses_xq, f"x quantized by a first dispatch where it does not fit, got {k}"
     pol.configure_qmatvec(layout="packed", lanes=64, rows=2, teams=2, unroll=4, xq="dispatch", prefetch=False)
     k = pol.qmatvec(DType.Q8_0, 14336, 4096)
-    assert k.spec == (128, 2, 448, 64, 4, 0) and k.rows == 4 and k.uses_xq, k
+    assert k.spec == (128, 2, 448, 64, 4, 0, 1) and k.rows == 4 and k.uses_xq, k
     pol.configure_qmatvec(layout="packed", lanes=8, rows=16, teams=1)
     k = pol.qmatvec(DType.Q4_0, 64, 7)
     assert k.spec[0] % 32 == 0, f"whole subgroups per workgroup, got {k.spec}"
@@ -291,7 +291,7 @@ def test_x_in_shared_memory_is_refused_where_it_does_not_fit():
     pol.configure_qmatvec(layout="packed", xq="workgroup")
     k = pol.qmatvec(DType.Q4_0, 4096, 14336)  # 128 blocks: 8.5 KiB of x
     assert ".xwg." in k.spv and k.spec[2] == 128 and not k.uses_xq, k
-    with pytest.raises(ValueError, match="xq='workgroup' holds x quantized in shared memory.*16384"):
+    with pytest.raises(ValueError, match=r"needs \d+ bytes of shared memory for x quantized \(1 x 14336 columns\).*16384"):
         pol.qmatvec(DType.Q4_0, 14336, 4096)  # 448 blocks: 30 KiB
 
 

@@ -521,13 +521,22 @@ class ComputeBackend(ABC):
         n_rows: int,
         n_cols: int,
         dtype: Union[DType, int],
+        n_vecs: int = 1,
     ) -> None:
-        """``output[r] = sum_c dequant(weights)[r, c] * input[c]``; weights are GGUF blocks, row-major."""
+        """``output[r] = sum_c dequant(weights)[r, c] * input[c]``; weights are GGUF blocks, row-major.
+
+        ``n_vecs`` > 1: a batch (the tokens of a small-batch decode): ``input`` holds ``n_vecs``
+        vectors of ``n_cols`` back to back and ``output[v * n_rows + r] = sum_c W[r, c] *
+        input[v * n_cols + c]``, the weights read once for all of them where the backend can."""
         op = "quantized_matmul"
         self._check_open(op)
         hw, hi, ho = self._handles(op, weights=weights, input=input, output=output)
         n_rows = check_int(op, "n_rows", n_rows)
         n_cols = check_int(op, "n_cols", n_cols)
+        n_vecs = check_int(op, "n_vecs", n_vecs)
+        if n_vecs > self.QUANTIZED_MATMUL_MAX_VECS:
+            raise ValueError(f"{op}: n_vecs must be <= {self.QUANTIZED_MATMUL_MAX_VECS} (a small batch of vectors), "
+                             f"got {n_vecs}")
         if isinstance(dtype, str) or not isinstance(dtype, (int, np.integer)) or isinstance(dtype, (bool, np.bool_)):
             raise TypeError(f"{op}: dtype must be a DType or an integer GGUF type id, got {_describe(dtype)}")
         try:
@@ -545,9 +554,21 @@ class ComputeBackend(ABC):
             )
         self._byte_range(op, "weights", hw, 0, n_rows * row_bytes(dt, n_cols),
                          f"n_rows*row_bytes = {n_rows}*{row_bytes(dt, n_cols)}")
-        self._elem_range(op, "input", hi, 0, n_cols, "n_cols")
-        self._elem_range(op, "output", ho, 0, n_rows, "n_rows")
-        self._quantized_matmul(hw, hi, ho, n_rows, n_cols, dt)
+        batch = "n_vecs*" if n_vecs > 1 else ""
+        self._elem_range(op, "input", hi, 0, n_vecs * n_cols, batch + "n_cols")
+        self._elem_range(op, "output", ho, 0, n_vecs * n_rows, batch + "n_rows")
+        if n_vecs == 1:
+            self._quantized_matmul(hw, hi, ho, n_rows, n_cols, dt)
+        else:
+            self._quantized_matmul_vecs(hw, hi, ho, n_rows, n_cols, dt, n_vecs)
+
+    #: the largest batch :meth:`quantized_matmul` takes (small-batch decode; larger batches are GEMMs)
+    QUANTIZED_MATMUL_MAX_VECS = 64
+
+    def _quantized_matmul_vecs(self, weights: BufferHandle, input: BufferHandle, output: BufferHandle,
+                               n_rows: int, n_cols: int, dtype: DType, n_vecs: int) -> None:
+        raise NotImplementedError(f"quantized_matmul: the {self.name()} backend has no kernel for a batch of "
+                                      f"vectors (n_vecs={n_vecs}); call it once per vector")
 
     # -- checking helpers ----------------------------------------------------------------------
     def _check_open(self, op: str) -> None:

@@ -103,6 +103,9 @@ class QMatvecKernel(Kernel):
     #: launch at most this many workgroups, each taking every max_groups-th group of ``rows`` rows
     #: (0: one workgroup per group of rows)
     max_groups: int = 0
+    #: vectors x one dispatch multiplies (quantized_matmul's n_vecs; 1: a backend runs a batch
+    #: as one call per vector)
+    vectors: int = 1
 
     def groups(self, n_rows: int) -> int:
         """Workgroups to launch for ``n_rows`` rows."""
@@ -976,13 +979,15 @@ class KernelPolicy:
         return (dtype in QMATVEC_FAST_DTYPES and self.use_subgroups and self.subgroup_size == 32
                 and not self.is_cpu)
 
-    def qmatvec(self, dtype: DType, n_cols: int, n_rows: int = 1 << 14) -> QMatvecKernel:
-        """The quantized_matmul kernel for an ``n_rows`` x ``n_cols`` matrix of ``dtype``, with its
-        plan (rows per workgroup, packed weights, quantized x and their byte counts)."""
+    def qmatvec(self, dtype: DType, n_cols: int, n_rows: int = 1 << 14, n_vecs: int = 1) -> QMatvecKernel:
+        """The quantized_matmul kernel for an ``n_rows`` x ``n_cols`` matrix of ``dtype`` times
+        ``n_vecs`` vectors, with its plan (rows per workgroup, packed weights, quantized x and
+        their byte counts, how many vectors one dispatch takes: all for the packed kernel, one
+        for the GGUF kernels)."""
         cfg = self.qmatvec_config
         name = QMATVEC_DTYPES[dtype]
         if dtype in QMATVEC_PACKED_DTYPES and self._qmatvec_layout(dtype, n_cols, n_rows) == "packed":
-            return self._qmatvec_packed(dtype, n_cols, n_rows)
+            return self._qmatvec_packed(dtype, n_cols, n_rows, n_vecs)
         choice = cfg.get("kernel", "auto")
         fast = self.qmatvec_fast_ok(dtype) if choice == "auto" else choice == "fast"
         if fast and dtype not in QMATVEC_FAST_DTYPES:
@@ -1085,7 +1090,7 @@ class KernelPolicy:
     #: workgroups per compute unit (or 256 workgroups where the device does not say how many units)
     QMATVEC_PACKED_MIN_GROUPS_PER_CU = 2
 
-    def _qmatvec_packed(self, dtype: DType, n_cols: int, n_rows: int) -> QMatvecKernel:
+    def _qmatvec_packed(self, dtype: DType, n_cols: int, n_rows: int, nx: int = 1) -> QMatvecKernel:
         cfg = self.qmatvec_config
         auto = self.QMATVEC_PACKED_SHAPE
         blocks = n_cols // 32  # units of 32 weights, one x scale each
@@ -1101,7 +1106,8 @@ class KernelPolicy:
                              f"{self.subgroup_size}-wide subgroups")
         auto_rows, auto_unroll = self.QMATVEC_PACKED_ROWS[
             "long" if blocks >= self.QMATVEC_PACKED_LONG_ROW_UNITS else "short"]
-        rows = max(1, min(int(cfg.get("rows") or auto_rows), lanes))  # lane r of a team writes row r
+        # lane k of a team writes accumulator k (row k // nx, vector k % nx)
+        rows = max(1, min(int(cfg.get("rows") or auto_rows), max(1, lanes // nx)))
         unroll = int(cfg.get("unroll") or auto_unroll)
         teams = max(1, min(int(cfg.get("teams") or auto["teams"]), limit // lanes))
         if not cfg.get("teams"):  # small matrices: fewer teams, so that every compute unit gets work
@@ -1116,16 +1122,22 @@ class KernelPolicy:
         xq = cfg.get("xq") or auto["xq"]
 
         def shared_bytes(rows: int, xq: str) -> int:  # x (if held) + the reduction's partial sums
-            return (self.qmatvec_xwg_bytes(n_cols) if xq == "workgroup" else 0) + 4 * wg * rows
+            return (nx * self.qmatvec_xwg_bytes(n_cols) if xq == "workgroup" else 0) + 4 * wg * rows * nx
 
         if xq == "workgroup" and "xq" not in cfg and shared_bytes(1, xq) > self.max_shared:
             xq = "dispatch"  # x too long to hold in shared memory: a first dispatch quantizes it
         while rows > 1 and shared_bytes(rows, xq) > self.max_shared:
             rows //= 2
+        min_teams = _ceil_div(self.subgroup_size, lanes) if subgroup else 1
+        while not cfg.get("teams") and teams > min_teams and shared_bytes(rows, xq) > self.max_shared:
+            teams //= 2  # many vectors: their partial sums take the room
+            wg = lanes * max(teams, min_teams)
+        teams = max(teams, min_teams)
         need = shared_bytes(rows, xq)
         if need > self.max_shared:
-            raise ValueError(f"quantized_matmul: xq='workgroup' holds x quantized in shared memory, {need} bytes for "
-                             f"{n_cols} columns with {wg} lanes; the device has {self.max_shared}")
+            held = f"x quantized ({nx} x {n_cols} columns) and " if xq == "workgroup" else ""
+            raise ValueError(f"quantized_matmul: the packed kernel needs {need} bytes of shared memory for {held}"
+                             f"the partial sums of {wg} lanes x {rows * nx} sums; the device has {self.max_shared}")
         x_shared = xq == "workgroup"
         reduce = "sg" if subgroup else "tree"
         plan = {"rows": rows * teams, "packed": True,
@@ -1136,11 +1148,12 @@ class KernelPolicy:
         elif per_cu and self.compute_units:  # whole waves: as many workgroups as the device holds at once
             cu = self.compute_units
             plan["max_groups"] = cu["count"] * max(1, min(int(per_cu), cu["threads"] // wg))
-        spec = (wg, rows, blocks, lanes, unroll, int(cfg.get("prefetch", True)))
+        plan["vectors"] = nx
+        spec = (wg, rows, blocks, lanes, unroll, int(cfg.get("prefetch", True)), nx)
         if x_shared:
             return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.xwg.{reduce}.spv", spec, PUSH_QMATVEC, **plan)
         return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.{reduce}.spv", spec, PUSH_QMATVEC,
-                             uses_xq=True, xq_bytes=self.qmatvec_xq_bytes(n_cols), **plan)
+                             uses_xq=True, xq_bytes=self.qmatvec_xq_bytes(nx * n_cols), **plan)
 
     def qmatvec_pack(self, dtype: DType) -> Kernel:
         """The kernel that repacks GGUF ``dtype`` weights for qmatvec_packed (one invocation per

@@ -196,17 +196,23 @@ class NumpyBackend(ComputeBackend):
         self, weights: BufferHandle, input: BufferHandle, output: BufferHandle, n_rows: int,
         n_cols: int, dtype: DType,
     ) -> None:
+        self._quantized_matmul_vecs(weights, input, output, n_rows, n_cols, dtype, 1)
+
+    def _quantized_matmul_vecs(
+        self, weights: BufferHandle, input: BufferHandle, output: BufferHandle, n_rows: int,
+        n_cols: int, dtype: DType, n_vecs: int,
+    ) -> None:
         stride = row_bytes(dtype, n_cols)
         raw = self._bytes(weights)
-        x = self._read64(input, 0, n_cols)
-        y = np.empty(n_rows, dtype=np.float64)
+        x = self._read64(input, 0, n_vecs * n_cols).reshape(n_vecs, n_cols)
+        y = np.empty((n_vecs, n_rows), dtype=np.float64)
         # row chunks keep the float64 copy of a large weight matrix out of memory
         step = max(1, (1 << 22) // n_cols)
         for r0 in range(0, n_rows, step):
             r1 = min(n_rows, r0 + step)
             W = dequantize(raw[r0 * stride:r1 * stride], dtype, (r1 - r0, n_cols))
-            y[r0:r1] = W.astype(np.float64) @ x
-        self._write(output, 0, y)
+            y[:, r0:r1] = x @ W.astype(np.float64).T
+        self._write(output, 0, y.reshape(-1))
 
 
 def _cpu_model() -> str:

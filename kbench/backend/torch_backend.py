@@ -244,3 +244,10 @@ class TorchBackend(ComputeBackend):
         w = self._weights(weights, n_rows, n_cols, dtype)
         self.torch.mv(w, self._f32(input, 0, n_cols), out=self._f32(output, 0, n_rows))
         self._touch(output)
+
+    def _quantized_matmul_vecs(self, weights: BufferHandle, input: BufferHandle, output: BufferHandle, n_rows: int,
+                               n_cols: int, dtype: DType, n_vecs: int) -> None:
+        w = self._weights(weights, n_rows, n_cols, dtype)
+        x = self._f32(input, 0, n_vecs * n_cols).view(n_vecs, n_cols)
+        self.torch.mm(x, w.t(), out=self._f32(output, 0, n_vecs * n_rows).view(n_vecs, n_rows))
+        self._touch(output)

@@ -29,7 +29,7 @@ import numpy as np
 
 import kbench.runtime as kp
 from kbench.backend.base import BufferHandle, ComputeBackend, DeviceInfo
-from kbench.backend.kernels import (QMATVEC_DTYPES, ROPE_MAX_POS, Kernel, KernelPolicy,
+from kbench.backend.kernels import (QMATVEC_DTYPES, ROPE_MAX_POS, Kernel, KernelPolicy, QMatvecKernel,
                                     describe_policy)
 from kbench.quant import DType, row_bytes
 
@@ -406,20 +406,38 @@ class VulkanBackend(ComputeBackend):
 
     def _quantized_matmul(self, weights: BufferHandle, input: BufferHandle, output: BufferHandle,
                           n_rows: int, n_cols: int, dtype: DType) -> None:
-        kernel = self._policy.qmatvec(dtype, n_cols, n_rows)
+        self._quantized_matmul_vecs(weights, input, output, n_rows, n_cols, dtype, 1)
+
+    def _quantized_matmul_vecs(self, weights: BufferHandle, input: BufferHandle, output: BufferHandle,
+                               n_rows: int, n_cols: int, dtype: DType, n_vecs: int) -> None:
+        kernel = self._policy.qmatvec(dtype, n_cols, n_rows, n_vecs)
         rb = row_bytes(dtype, n_cols)
         if n_rows * rb > 0xFFFFFFFF:
             raise ValueError(f"quantized_matmul: {n_rows} rows of {rb} bytes exceed the kernel's 4 GiB byte offsets")
+        if kernel.vectors != n_vecs:
+            # a GGUF kernel takes one vector: each through scratch copies of its x and y
+            xs = BufferHandle(self._scratch(4 * n_cols, "qmatvec_xv"), 4 * n_cols)
+            ys = BufferHandle(self._scratch(4 * n_rows, "qmatvec_yv"), 4 * n_rows)
+            for v in range(n_vecs):
+                self._copy_buffer_offset(input, xs, 4 * v * n_cols, 0, 4 * n_cols)
+                self._qmatvec_dispatch(kernel, weights, xs, ys, n_rows, n_cols, dtype)
+                self._copy_buffer_offset(ys, output, 0, 4 * v * n_rows, 4 * n_rows)
+            return
+        self._qmatvec_dispatch(kernel, weights, input, output, n_rows, n_cols, dtype)
+
+    def _qmatvec_dispatch(self, kernel: QMatvecKernel, weights: BufferHandle, input: BufferHandle,
+                          output: BufferHandle, n_rows: int, n_cols: int, dtype: DType) -> None:
         grid = self._policy.grid_1d(kernel.groups(n_rows))
         w, x = weights.id, input.id
         if kernel.packed:
             w = self._packed_weights(weights, dtype, n_rows, n_cols, kernel.packed_bytes)
         if kernel.uses_xq:
             xq_kernel = self._policy.qmatvec_xq()
+            elems = kernel.vectors * n_cols  # every vector quantized as one long x
             x = self._scratch(kernel.xq_bytes, "qmatvec_x")
-            self._dispatch(xq_kernel, (input.id, x), self._policy.grid_1d(_ceil_div(n_cols // 4, xq_kernel.spec[0])),
-                           xq_kernel.push_record(n_cols))
-        self._dispatch(kernel, (w, x, output.id), grid, kernel.push_record(n_rows, n_cols, rb))
+            self._dispatch(xq_kernel, (input.id, x), self._policy.grid_1d(_ceil_div(elems // 4, xq_kernel.spec[0])),
+                           xq_kernel.push_record(elems))
+        self._dispatch(kernel, (w, x, output.id), grid, kernel.push_record(n_rows, n_cols, row_bytes(dtype, n_cols)))
 
     #: device memory the repacked weight copies (qmatvec layout "packed") may hold; beyond it
     #: the least recently used copies go (and are made again on their next use)

@@ -1,0 +1,123 @@
+"""quantized_matmul with n_vecs > 1 (a small-batch decode: several token vectors against one weight
+matrix): every backend gives each vector's product against float64, the packed kernel in one
+dispatch for all vectors (x quantized by each workgroup or by a first dispatch, subgroup or tree
+sums), the GGUF kernels once per vector; nothing is written past the n_vecs * n_rows outputs, and
+bad batches are refused before any GPU work."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kbench import runtime as kp
+from kbench.backend import NumpyBackend, VulkanBackend
+from kbench.quant import DType, dequantize, quantize
+
+try:
+    _NO_DEVICE = None if kp.list_devices() else "the Vulkan loader finds no device"
+except Exception as exc:  # no loader / no ICD
+    _NO_DEVICE = f"no Vulkan available here: {exc}"
+
+NMSE_LIMIT = 1e-8
+GUARD = 16
+
+CONFIGS = {
+    "auto": {},  # on a CPU driver: the GGUF kernels, one call per vector
+    "packed-xwg": {"qmatvec": {"layout": "packed"}},
+    "packed-xwg-teams": {"qmatvec": {"layout": "packed", "lanes": 8, "rows": 3, "teams": 4, "unroll": 2}},
+    "packed-dispatch": {"qmatvec": {"layout": "packed", "xq": "dispatch", "lanes": 16, "rows": 2}},
+    "packed-tree": {"qmatvec": {"layout": "packed", "reduce": "tree", "lanes": 8, "rows": 2, "teams": 2}},
+    "packed-wide": {"qmatvec": {"layout": "packed", "lanes": 64, "rows": 1, "teams": 2, "groups": 2}},
+}
+SHAPES = [(7, 256, 2), (13, 512, 3), (33, 1024, 8)]  # n_rows, n_cols, n_vecs
+
+_backends: dict = {}
+
+
+@pytest.fixture(scope="module")
+def backends():
+    yield _backends
+    for be in _backends.values():
+        be.close()
+
+
+def _backend(cfg: str) -> VulkanBackend:
+    if cfg not in _backends:
+        feats = kp.list_devices()[0].get("features", {})
+        if "packed" in cfg and not feats.get("integer_dot_product"):
+            pytest.skip("the device has no shaderIntegerDotProduct")
+        _backends[cfg] = VulkanBackend(**CONFIGS[cfg])
+    return _backends[cfg]
+
+
+def _problem(dtype: DType, n_rows: int, n_cols: int, n_vecs: int, seed: int):
+    rng = np.random.default_rng(seed)
+    raw = quantize(rng.uniform(-1, 1, (n_rows, n_cols)).astype(np.float32), dtype)
+    x = rng.uniform(-1, 1, (n_vecs, n_cols)).astype(np.float32)
+    ref = x.astype(np.float64) @ dequantize(raw, dtype, (n_rows, n_cols)).astype(np.float64).T
+    return raw, x, ref
+
+
+def _run(be, dtype: DType, raw: bytes, x: np.ndarray, n_rows: int, n_cols: int, n_vecs: int) -> np.ndarray:
+    hw, hx = be.allocate(len(raw)), be.allocate(x.nbytes)
+    hy = be.allocate(4 * (n_vecs * n_rows + GUARD))
+    try:
+        be.copy_to_device(raw, hw)
+        be.copy_to_device(x.tobytes(), hx)
+        be.copy_to_device(np.full(n_vecs * n_rows + GUARD, 7.0, np.float32).tobytes(), hy)
+        be.quantized_matmul(hw, hx, hy, n_rows, n_cols, dtype, n_vecs=n_vecs)
+        out = bytearray(4 * (n_vecs * n_rows + GUARD))
+        be.copy_from_device(hy, out)
+        return np.frombuffer(bytes(out), np.float32).copy()
+    finally:
+        for h in (hw, hx, hy):
+            be.free(h)
+
+
+def _check(got: np.ndarray, ref: np.ndarray, what: str) -> None:
+    n_vecs, n_rows = ref.shape
+    assert np.all(got[n_vecs * n_rows:] == 7.0), f"{what}: wrote past the {n_vecs} x {n_rows} outputs"
+    y = got[:n_vecs * n_rows].reshape(n_vecs, n_rows).astype(np.float64)
+    for v in range(n_vecs):
+        e = float(np.sum((y[v] - ref[v]) ** 2) / np.sum(ref[v] ** 2))
+        assert e <= NMSE_LIMIT, f"{what}: vector {v} NMSE {e:.3e} > {NMSE_LIMIT:.0e}"
+
+
+@pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
+@pytest.mark.parametrize("cfg", list(CONFIGS))
+@pytest.mark.parametrize("dtype", [DType.Q4_0, DType.Q8_0, DType.Q6_K, DType.Q4_K])
+def test_each_vector_of_a_batch_matches_float64(backends, cfg, dtype):
+    be = _backend(cfg)
+    for n_rows, n_cols, n_vecs in SHAPES:
+        if n_cols % dtype.block_elems:
+            continue
+        raw, x, ref = _problem(dtype, n_rows, n_cols, n_vecs, seed=n_rows * 7 + int(dtype))
+        kernel = be._policy.qmatvec(dtype, n_cols, n_rows, n_vecs)
+        if "packed" in cfg and dtype != DType.Q4_K:
+            assert kernel.vectors == n_vecs, f"the packed kernel takes all {n_vecs} vectors at once, got {kernel}"
+        _check(_run(be, dtype, raw, x, n_rows, n_cols, n_vecs), ref, f"{cfg} {dtype.name} {n_rows}x{n_cols}x{n_vecs}")
+
+
+def test_numpy_backend_batches_against_float64():
+    be = NumpyBackend()
+    try:
+        raw, x, ref = _problem(DType.Q4_0, 9, 256, 4, seed=3)
+        _check(_run(be, DType.Q4_0, raw, x, 9, 256, 4), ref, "numpy")
+    finally:
+        be.close()
+
+
+def test_a_batch_is_refused_before_any_gpu_work_when_buffers_are_short():
+    be = NumpyBackend()
+    try:
+        hw, hx, hy = be.allocate(18 * 8 * 4), be.allocate(4 * 256 * 2), be.allocate(4 * 4 * 3)
+        with pytest.raises(ValueError, match="n_vecs"):
+            be.quantized_matmul(hw, hx, hy, 4, 256, DType.Q4_0, n_vecs=3)  # x holds 2 vectors
+        with pytest.raises(ValueError, match="n_vecs must be positive"):
+            be.quantized_matmul(hw, hx, hy, 4, 256, DType.Q4_0, n_vecs=0)
+        with pytest.raises(TypeError, match="n_vecs must be an integer"):
+            be.quantized_matmul(hw, hx, hy, 4, 256, DType.Q4_0, n_vecs=2.0)
+        with pytest.raises(ValueError, match=r"n_vecs must be <= 64"):
+            be.quantized_matmul(hw, hx, hy, 4, 256, DType.Q4_0, n_vecs=65)
+    finally:
+        be.close()
