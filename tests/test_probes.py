@@ -36,3 +36,12 @@ def test_the_matmul_probe_ranks_every_fp32_variant_on_this_device(capsys, tmp_pa
     rows = json.loads((tmp_path / "r.json").read_text())
     bad = [(r["variant"], r["m"], r["nmse"], r["note"]) for r in rows if not r["nmse"] < 1e-10]
     assert rows and not bad, f"fp32 variants without an exact result (NMSE >= 1e-10 or not run): {bad}"
+
+
+def test_the_qmatvec_probe_times_batches_of_vectors_exactly(capsys):
+    assert main(["probe", "qmatvec", "--small", "--vecs", "2", "3", "--dtypes", "Q4_0", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith("Q4_0")]
+    assert len(rows) == 4, f"a row per shape and batch size expected:\n{out}"
+    bad = [r for r in rows if not float(r[-2]) < 1e-8]  # NMSE of the worst vector
+    assert not bad, f"batches off against float64: {bad}"

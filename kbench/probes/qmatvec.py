@@ -196,7 +196,10 @@ def nmse(out, ref):
     return float(np.sum((out - ref) ** 2) / np.sum(ref ** 2))
 
 
-def torch_mv(shapes, repeats, loops, min_total):
+def torch_mv(shapes, repeats, loops, min_total, n_vecs: int = 1):
+    """torch's float16 product of the shapes (mv; mm of an n_vecs x n_cols batch where n_vecs > 1),
+    rotating over weight copies of at least min_total bytes, CUDA events: {shape: (ns, TB/s of
+    weights, copies)}."""
     try:
         import torch
     except ImportError:
@@ -209,9 +212,18 @@ def torch_mv(shapes, repeats, loops, min_total):
         copies = max(2, -(-min_total // nbytes))
         ws = [torch.empty((n_rows, n_cols), dtype=torch.float16, device="cuda").uniform_(-1, 1)
               for _ in range(copies)]
-        x = torch.empty(n_cols, dtype=torch.float16, device="cuda").uniform_(-1, 1)
+        if n_vecs == 1:
+            x = torch.empty(n_cols, dtype=torch.float16, device="cuda").uniform_(-1, 1)
+
+            def product(w):
+                return torch.mv(w, x)
+        else:
+            xb = torch.empty((n_vecs, n_cols), dtype=torch.float16, device="cuda").uniform_(-1, 1)
+
+            def product(w):
+                return torch.mm(xb, w.t())
         for w in ws:
-            torch.mv(w, x)
+            product(w)
         torch.cuda.synchronize()
         samples = []
         for _ in range(repeats):
@@ -219,7 +231,7 @@ def torch_mv(shapes, repeats, loops, min_total):
             start.record()
             for _ in range(loops):
                 for w in ws:
-                    torch.mv(w, x)
+                    product(w)
             end.record()
             torch.cuda.synchronize()
             samples.append(start.elapsed_time(end) * 1e6 / (loops * copies))
@@ -230,9 +242,55 @@ def torch_mv(shapes, repeats, loops, min_total):
     return res
 
 
-def print_torch_mv(tm: dict) -> None:
+def print_torch_mv(tm: dict, n_vecs: int = 1) -> None:
+    what = "torch.mv" if n_vecs == 1 else f"torch.mm x{n_vecs}"
     for (r, c), (ns, tbs, copies) in tm.items():
-        print(f"fp16  {r:>5}x{c:<5} torch.mv x{copies:<2} copies {ns / 1e3:8.2f} us {tbs:6.3f} TB/s")
+        print(f"fp16  {r:>5}x{c:<5} {what} x{copies:<2} copies {ns / 1e3:8.2f} us {tbs:6.3f} TB/s")
+
+
+def batches(args, shapes, dtypes, rng) -> int:
+    """--vecs: the automatic kernel on batches of vectors (quantized_matmul's n_vecs) beside
+    torch's float16 mm of the same batch, both over rotating weight copies; GB/s of weights."""
+    repeats, loops = args.repeats or 5, args.loops or 2
+    be = VulkanBackend(args.device, batch_ops=256)
+    print(f"# device: {be.device_properties['device_name']}; batches of {args.vecs} vectors, automatic kernel")
+    print(f"{'dtype':5} {'shape':>11} {'vecs':>4} {'kernel':34} {'us':>8} {'TB/s':>6} {'NMSE':>9} timer")
+    try:
+        for dtype in dtypes:
+            for n_rows, n_cols in shapes:
+                data, base_ref = make_weights(dtype, n_rows, n_cols, rng)
+                copies = args.copies or (2 if args.small else max(4, -(-(4 * L2_BYTES + 1) // len(data))))
+                hws = []
+                for _ in range(copies):
+                    h = be.allocate(len(data))
+                    be.copy_to_device(data, h)
+                    hws.append(h)
+                for nv in args.vecs:
+                    x = rng.uniform(-1, 1, (nv, n_cols)).astype(np.float32)
+                    ref = np.tile(x.astype(np.float64) @ base_ref.T, (1, -(-n_rows // len(base_ref))))[:, :n_rows]
+                    hx, hy = be.allocate(x.nbytes), be.allocate(4 * nv * n_rows)
+                    be.copy_to_device(x.tobytes(), hx)
+                    kernel = be._policy.qmatvec(dtype, n_cols, n_rows, nv)
+                    ns, timer = per_call_ns(be, lambda hw: be.quantized_matmul(hw, hx, hy, n_rows, n_cols, dtype,
+                                                                               n_vecs=nv), hws, repeats, loops)
+                    raw = bytearray(4 * nv * n_rows)
+                    be.copy_from_device(hy, raw)
+                    got = np.frombuffer(bytes(raw), np.float32).astype(np.float64).reshape(nv, n_rows)
+                    err = max(nmse(got[v], ref[v]) for v in range(nv))
+                    name = kernel.spv.replace(".spv", "") + ("" if kernel.vectors == nv else f" x{nv} calls")
+                    print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} {nv:>4} {name:34} {ns / 1e3:8.2f} "
+                          f"{len(data) / ns * 1e-3:6.3f} {err:9.2e} {timer}", flush=True)
+                    be.free(hx), be.free(hy)
+                for h in hws:
+                    be.free(h)
+                be.synchronize()
+    finally:
+        be.close()
+    for nv in args.vecs:
+        tm = torch_mv(shapes, repeats, loops, 4 * L2_BYTES + 1, n_vecs=nv)
+        if tm:
+            print_torch_mv(tm, nv)
+    return 0
 
 
 def main(argv=None) -> int:
@@ -251,6 +309,9 @@ def main(argv=None) -> int:
     ap.add_argument("--warm-s", type=float, default=None, help="seconds of copies before timing, so "
                     "the GPU is at its boost clock (default 6; 0 with --small)")
     ap.add_argument("--torch-only", action="store_true", help="only the torch.mv float16 peer figures")
+    ap.add_argument("--vecs", type=int, nargs="+", default=None, metavar="N",
+                    help="batches of N vectors (quantized_matmul n_vecs) with the automatic kernel, beside "
+                         "torch's float16 mm of the same batch")
     args = ap.parse_args(argv)
 
     shapes = SMALL_SHAPES if args.small else SHAPES
@@ -260,6 +321,8 @@ def main(argv=None) -> int:
             print("# torch.mv: PyTorch with CUDA is not available")
         print_torch_mv(tm)
         return 0
+    if args.vecs:
+        return batches(args, shapes, [DType[n.upper()] for n in args.dtypes], np.random.default_rng(1234))
     variants = args.variants or (SMALL_VARIANTS if args.small else DEFAULT_VARIANTS)
     configs = [(v, parse_variant(v)) for v in variants]
     repeats = args.repeats or (3 if args.small else 5)
