@@ -1086,9 +1086,12 @@ class KernelPolicy:
     #: units of each); the H200's fastest (docs/kernel-choices.md)
     QMATVEC_PACKED_ROWS = {"short": (4, 1), "long": (2, 2)}
     QMATVEC_PACKED_LONG_ROW_UNITS = 256
-    #: the automatic choice shrinks the teams per workgroup until the grid has at least this many
-    #: workgroups per compute unit (or 256 workgroups where the device does not say how many units)
-    QMATVEC_PACKED_MIN_GROUPS_PER_CU = 2
+    #: the automatic choice shrinks the teams per workgroup (small matrices) until the grid has at
+    #: least this many workgroups per compute unit (or 64 workgroups where the device does not say
+    #: how many units it has).  Half: 16 teams over 4096 long rows (128 workgroups on the H200's 132
+    #: SMs) were the fastest probed; shrinking them to 4 for two workgroups per SM made the bench's
+    #: 4096 x 14336 products 2-3x slower (2026-12-04 19:08 run)
+    QMATVEC_PACKED_MIN_GROUPS_PER_CU = 0.5
 
     def _qmatvec_packed(self, dtype: DType, n_cols: int, n_rows: int, nx: int = 1) -> QMatvecKernel:
         cfg = self.qmatvec_config
@@ -1112,7 +1115,7 @@ class KernelPolicy:
         teams = max(1, min(int(cfg.get("teams") or auto["teams"]), limit // lanes))
         if not cfg.get("teams"):  # small matrices: fewer teams, so that every compute unit gets work
             want = (self.compute_units["count"] * self.QMATVEC_PACKED_MIN_GROUPS_PER_CU if self.compute_units
-                    else 256)
+                    else 64)
             while teams > 1 and _ceil_div(n_rows, teams * rows) < want:
                 teams //= 2
         wg = lanes * teams
