@@ -1088,9 +1088,8 @@ class KernelPolicy:
     QMATVEC_PACKED_LONG_ROW_UNITS = 256
     #: the automatic choice shrinks the teams per workgroup (small matrices) until the grid has at
     #: least this many workgroups per compute unit (or 64 workgroups where the device does not say
-    #: how many units it has).  Half: 16 teams over 4096 long rows (128 workgroups on the H200's 132
-    #: SMs) were the fastest probed; shrinking them to 4 for two workgroups per SM made the bench's
-    #: 4096 x 14336 products 2-3x slower (2026-12-04 19:08 run)
+    #: how many units it has): fewer, fuller workgroups were faster than two per unit on the H200
+    #: (docs/kernel-choices.md)
     QMATVEC_PACKED_MIN_GROUPS_PER_CU = 0.5
 
     def _qmatvec_packed(self, dtype: DType, n_cols: int, n_rows: int, nx: int = 1) -> QMatvecKernel:
