@@ -804,12 +804,7 @@ class KernelPolicy:
             teams = wg // lanes
             chunk = _ceil_div(_ceil_div(seq_len * blocks, groups), teams) * teams
             chunk = max(chunk, min_chunk)
-        if chunk < min_chunk:
-            raise ValueError(f"attention: a chunk of {chunk} keys makes more than {self.max_count[0]} chunks of "
-                             f"{seq_len} keys (the device's grid limit)")
-        if blocks > self.max_count[1] or n_heads > self.max_count[1]:
-            raise ValueError(f"attention: {n_heads} heads ({blocks} kv head blocks) exceed the device's grid "
-                             f"limit {self.max_count[1]} in y")
+        self._attention_grid_check(chunk, min_chunk, seq_len, blocks, n_heads)
         n_chunks = _ceil_div(seq_len, chunk)
         heads_first = bool(cfg.get("heads_first", self.ATTENTION_STREAM_HEADS_FIRST))
         if heads_first and (n_chunks > self.max_count[1] or blocks > self.max_count[0]):
@@ -822,6 +817,15 @@ class KernelPolicy:
         if heads_first:
             plan = dataclasses.replace(plan, partial_grid=(blocks, n_chunks, 1))
         return plan
+
+    def _attention_grid_check(self, chunk: int, min_chunk: int, seq_len: int, blocks: int, n_heads: int) -> None:
+        """ValueError where the attention passes' grids exceed the device's limits."""
+        if chunk < min_chunk:
+            raise ValueError(f"attention: a chunk of {chunk} keys makes more than {self.max_count[0]} chunks of "
+                             f"{seq_len} keys (the device's grid limit)")
+        if blocks > self.max_count[1] or n_heads > self.max_count[1]:
+            raise ValueError(f"attention: {n_heads} heads ({blocks} kv head blocks) exceed the device's grid "
+                             f"limit {self.max_count[1]} in y")
 
     def _attention_plan(self, partial: Kernel, head_dim: int, n_heads: int, chunk: int, n_chunks: int,
                         head_blocks: int, blocks: int, stream: bool) -> AttentionPlan:
@@ -877,12 +881,7 @@ class KernelPolicy:
         if chunk > room:
             raise ValueError(f"attention: a chunk of {chunk} keys needs {self.attention_shared_bytes(chunk, head_dim)} "
                              f"bytes of shared memory, the device has {self.max_shared}")
-        if chunk < min_chunk:
-            raise ValueError(f"attention: a chunk of {chunk} keys makes more than {self.max_count[0]} chunks of "
-                             f"{seq_len} keys (the device's grid limit)")
-        if blocks > self.max_count[1] or n_heads > self.max_count[1]:
-            raise ValueError(f"attention: {n_heads} heads ({blocks} kv head blocks) exceed the device's grid "
-                             f"limit {self.max_count[1]} in y")
+        self._attention_grid_check(chunk, min_chunk, seq_len, blocks, n_heads)
         n_chunks = _ceil_div(seq_len, chunk)
         dx = min(self.wg, _pow2_ceil(head_dim))
         variant = "sg" if self.use_subgroups else "tree"
