@@ -19,6 +19,10 @@
 
 // Variant xwg: no qmatvec_xq dispatch; every workgroup quantizes all of x the same way into
 // shared memory first (x read from L2 once per workgroup: worth it where a workgroup has many rows).
+// Variant xwg8 (X8): as xwg, but x quantized to 8 bits per element (one signed byte, q = round(x *
+// 127 / max|x| of its block of 32), as ggml's q8_1 activations): one byte dot per weight word where
+// the 16-bit x takes two, at the price of x's quantization error (NMSE about 3e-5 against float64
+// for uniform x, where 16 bits give about 2e-10): the kernels' integer issue halves.
 
 // kbench: variant q4_0.sg QT_Q4_0 USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_0.tree QT_Q4_0 target=vulkan1.1
@@ -32,6 +36,12 @@
 // kbench: variant q6_k.tree QT_Q6_K target=vulkan1.1
 // kbench: variant q6_k.xwg.sg QT_Q6_K XQ_WG USE_SUBGROUP target=vulkan1.1
 // kbench: variant q6_k.xwg.tree QT_Q6_K XQ_WG target=vulkan1.1
+// kbench: variant q4_0.xwg8.sg QT_Q4_0 XQ_WG X8 USE_SUBGROUP target=vulkan1.1
+// kbench: variant q4_0.xwg8.tree QT_Q4_0 XQ_WG X8 target=vulkan1.1
+// kbench: variant q8_0.xwg8.sg QT_Q8_0 XQ_WG X8 USE_SUBGROUP target=vulkan1.1
+// kbench: variant q8_0.xwg8.tree QT_Q8_0 XQ_WG X8 target=vulkan1.1
+// kbench: variant q6_k.xwg8.sg QT_Q6_K XQ_WG X8 USE_SUBGROUP target=vulkan1.1
+// kbench: variant q6_k.xwg8.tree QT_Q6_K XQ_WG X8 target=vulkan1.1
 
 #if defined(USE_SUBGROUP)
 #extension GL_KHR_shader_subgroup_basic : require
@@ -66,8 +76,10 @@ layout(std430, binding = 0) readonly buffer Packed { uvec4 wq[]; };
 layout(constant_id = 2) const uint BLOCKS = 128;  // n_cols / 32 (the shared arrays' size, per vector)
 layout(std430, binding = 1) readonly buffer Input { vec4 x4[]; };
 // block b of vector v at v * BLOCKS + b
-shared uvec4 sxl[2u * BLOCKS * NX];  // lo bytes, 8 words per block
+shared uvec4 sxl[2u * BLOCKS * NX];  // lo bytes (X8: the bytes), 8 words per block
+#if !defined(X8)
 shared uvec4 sxh[2u * BLOCKS * NX];  // hi bytes
+#endif
 shared float sxs[BLOCKS * NX];       // scales
 shared ivec2 sxsum[BLOCKS * NX];     // sums of q over elements 0..15 and 16..31
 #else
@@ -102,13 +114,22 @@ int udot4(uvec4 x, uvec4 w) {
     return sudot(x.x, w.x, 0) + sudot(x.y, w.y, 0) + sudot(x.z, w.z, 0) + sudot(x.w, w.w, 0);
 }
 
-// sum of x's q over 16 elements (4 lo words, 4 hi words)
+// sum of x's q over 16 elements (4 lo words, 4 hi words; X8: the 4 words of bytes in xl)
 int xsum16(uvec4 xl, uvec4 xh) {
+#if defined(X8)
+    return dot4(xl, uvec4(0x01010101u));
+#else
     return 256 * dot4(xh, uvec4(0x01010101u)) + dot4(xl, uvec4(0x01010101u));
+#endif
 }
 
 #if defined(XQ_WG)
-const float QMAX = 32639.0;  // as qmatvec_xq.comp: q = 256 * hi + lo, |q| <= 32639
+#if defined(X8)
+const int QLIM = 127;     // one signed byte
+#else
+const int QLIM = 32639;   // as qmatvec_xq.comp: q = 256 * hi + lo, |q| <= 32639
+#endif
+const float QMAX = float(QLIM);
 
 uint pack_bytes(ivec4 v) {
     uvec4 b = uvec4(v) & 0xFFu;
@@ -129,17 +150,21 @@ void quantize_block(uint b) {
     float inv = finite && m > 0.0 ? QMAX / m : 0.0;
     uint lo[8], hi[8];
     for (uint k = 0u; k < 8u; ++k) {
-        ivec4 q = clamp(ivec4(roundEven(v[k] * inv)), ivec4(-32639), ivec4(32639));
+        ivec4 q = clamp(ivec4(roundEven(v[k] * inv)), ivec4(-QLIM), ivec4(QLIM));
         ivec4 l = ((q + 128) & 255) - 128;
         lo[k] = pack_bytes(l);
         hi[k] = pack_bytes((q - l) >> 8);
     }
-    sxl[2u * b] = uvec4(lo[0], lo[1], lo[2], lo[3]);
-    sxl[2u * b + 1u] = uvec4(lo[4], lo[5], lo[6], lo[7]);
-    sxh[2u * b] = uvec4(hi[0], hi[1], hi[2], hi[3]);
-    sxh[2u * b + 1u] = uvec4(hi[4], hi[5], hi[6], hi[7]);
+    uvec4 l0 = uvec4(lo[0], lo[1], lo[2], lo[3]), l1 = uvec4(lo[4], lo[5], lo[6], lo[7]);
+    uvec4 h0 = uvec4(hi[0], hi[1], hi[2], hi[3]), h1 = uvec4(hi[4], hi[5], hi[6], hi[7]);
+    sxl[2u * b] = l0;
+    sxl[2u * b + 1u] = l1;
+#if !defined(X8)
+    sxh[2u * b] = h0;
+    sxh[2u * b + 1u] = h1;
+#endif
     sxs[b] = finite ? m / QMAX : uintBitsToFloat(0x7FC00000u);
-    sxsum[b] = ivec2(xsum16(sxl[2u * b], sxh[2u * b]), xsum16(sxl[2u * b + 1u], sxh[2u * b + 1u]));
+    sxsum[b] = ivec2(xsum16(l0, h0), xsum16(l1, h1));
 }
 #endif
 
@@ -212,8 +237,13 @@ void decode(uvec4 q[NQ], uint extra, float d, uint b, out uvec4 wa, out uvec4 wb
 // then 16..31), its scale sx and sums of q xs.  Each half's integer sum is below 2^27 (exact in
 // fp32 below 2^24: Q4_0, Q6_K; Q8_0's rounds at 2^-24 relative).
 float unit_dot(uvec4 wa, uvec4 wb, vec2 scale, uvec4 xl0, uvec4 xl1, uvec4 xh0, uvec4 xh1, float sx, ivec2 xs) {
+#if defined(X8)
+    float ta = float(wdot4(xl0, wa) - OFFSET * xs.x);
+    float tb = float(wdot4(xl1, wb) - OFFSET * xs.y);
+#else
     float ta = float(256 * wdot4(xh0, wa) + wdot4(xl0, wa) - OFFSET * xs.x);
     float tb = float(256 * wdot4(xh1, wb) + wdot4(xl1, wb) - OFFSET * xs.y);
+#endif
     return (ta * scale.x + tb * scale.y) * sx;
 }
 
@@ -264,7 +294,11 @@ void team_rows(uint team, uint tl, uint lid, uint row0, uint nb, bool loaded) {
                 uint gb = v * nb + b;  // block b of vector v among all vectors' blocks
 #if defined(XQ_WG)
                 uvec4 xl0 = sxl[2u * gb], xl1 = sxl[2u * gb + 1u];
+#if defined(X8)
+                uvec4 xh0 = uvec4(0u), xh1 = uvec4(0u);  // unused
+#else
                 uvec4 xh0 = sxh[2u * gb], xh1 = sxh[2u * gb + 1u];
+#endif
                 float sx = sxs[gb];
                 ivec2 xs = sxsum[gb];
 #else

@@ -102,6 +102,10 @@ CONFIGS = {
                                          "xq": "dispatch"}}, "packed"),
     "packed-tree-l4r3t2g2": ({"qmatvec": {"layout": "packed", "lanes": 4, "rows": 3, "teams": 2, "groups": 2,
                                           "reduce": "tree"}}, "packed"),
+    # x as 8-bit signed bytes (variant xwg8): held to its own quantization bound
+    "packed-x8-auto": ({"qmatvec": {"layout": "packed", "x_bits": 8}}, "packed"),
+    "packed-x8-tree-l8r3t2u2": ({"qmatvec": {"layout": "packed", "x_bits": 8, "lanes": 8, "rows": 3, "teams": 2,
+                                             "unroll": 2, "reduce": "tree"}}, "packed"),
 }
 
 # (n_rows, n_cols): odd row counts, row lengths whose byte size is / is not a multiple of 16
@@ -154,19 +158,19 @@ def _nmse(out: np.ndarray, ref: np.ndarray) -> float:
     return float(np.sum((out - ref) ** 2) / max(np.sum(ref ** 2), 1e-300))
 
 
-def _assert_within_x_quantization(got, ref, data, dtype, x, what):
+def _assert_within_x_quantization(got, ref, data, dtype, x, what, qmax=32639):
     """The integer-dot kernels' error is x's quantization (|x - q s| <= s / 2 per element, s
-    = max|x| / 32639 per block of 32) plus fp32 rounding: every row within that bound, and
-    over several rows NMSE <= 1e-8 (a single row's relative error can exceed it where its
-    sum nearly cancels)."""
+    = max|x| / qmax per block of 32: 32639 for 16-bit x, 127 for 8-bit) plus fp32 rounding:
+    every row within that bound, and for 16-bit x over several rows NMSE <= 1e-8 (a single
+    row's relative error can exceed it where its sum nearly cancels)."""
     n_rows, n_cols = len(ref), len(x)
     W = np.abs(dequantize(data, dtype, (n_rows, n_cols)).astype(np.float64))
-    s = np.repeat(np.abs(x.astype(np.float64)).reshape(-1, 32).max(1) / 32639, 32)
+    s = np.repeat(np.abs(x.astype(np.float64)).reshape(-1, 32).max(1) / qmax, 32)
     bound = 0.5 * (W @ s) * 1.001 + 1e-6 * (W @ np.abs(x.astype(np.float64)))
     err = np.abs(got.astype(np.float64) - ref)
     worst = int(np.argmax(err - bound))
     assert np.all(err <= bound), f"{what}: row {worst} off by {err[worst]:.3e}, bound {bound[worst]:.3e}"
-    if n_rows >= 5:
+    if n_rows >= 5 and qmax == 32639:
         e = _nmse(got, ref)
         assert e <= NMSE_LIMIT, f"{what}: NMSE {e:.3e} > {NMSE_LIMIT:.0e}"
 
@@ -186,7 +190,9 @@ def test_qmatvec_variant_matches_float64(backends, cfg, dtype):
             # x quantized by every workgroup unless asked otherwise (it always fits at these sizes)
             in_workgroup = CONFIGS[cfg][0]["qmatvec"].get("xq", "workgroup") == "workgroup"
             assert kernel.packed, kernel
-            assert kernel.uses_xq != in_workgroup and (".xwg." in kernel.spv) == in_workgroup, kernel
+            x8 = CONFIGS[cfg][0]["qmatvec"].get("x_bits") == 8
+            tag = ".xwg8." if x8 else ".xwg."
+            assert kernel.uses_xq != in_workgroup and (tag in kernel.spv) == in_workgroup, kernel
         elif family != "auto":
             assert kernel.spv.startswith("qmatvec." if family == "generic" else "qmatvec_fast."), kernel
             assert (".dot" in kernel.spv) == (family == "dot"), kernel
@@ -215,7 +221,8 @@ def test_qmatvec_variant_matches_float64(backends, cfg, dtype):
         assert np.all(got[n_rows:] == np.float32(-7.25)), f"{what}: wrote past the output"
         assert not np.any(np.isnan(got[:n_rows])), f"{what}: NaN"
         if family in ("dot", "packed"):
-            _assert_within_x_quantization(got[:n_rows], ref, data, dtype, x, what)
+            x8 = CONFIGS[cfg][0].get("qmatvec", {}).get("x_bits") == 8
+            _assert_within_x_quantization(got[:n_rows], ref, data, dtype, x, what, qmax=127 if x8 else 32639)
         else:
             err = _nmse(got[:n_rows], ref)
             assert err <= NMSE_LIMIT, f"{what}: NMSE {err:.3e} > {NMSE_LIMIT:.0e}"

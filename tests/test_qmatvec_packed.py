@@ -211,11 +211,24 @@ def _props(**features):
     ({"layout": "packed", "prefetch": 1}, "prefetch must be True or False"),
     ({"xq": "workgroup"}, "xq='workgroup' is a choice of layout='packed'"),
     ({"layout": "packed", "xq": "shared"}, "xq must be lane, dispatch or workgroup"),
+    ({"layout": "packed", "x_bits": 12}, "x_bits must be 8 or 16"),
+    ({"layout": "packed", "x_bits": True}, "x_bits must be 8 or 16"),
+    ({"layout": "packed", "x_bits": 8, "xq": "dispatch"}, "cannot take xq='dispatch'"),
+    ({"x_bits": 8}, "x_bits is a choice of layout='packed'"),
 ])
 def test_bad_packed_configurations_are_refused(knobs, message):
     pol = KernelPolicy(_props(integer_dot_product=True))
     with pytest.raises(ValueError, match=message):
         pol.configure_qmatvec(knobs)
+
+
+def test_eight_bit_x_takes_its_own_kernel_and_less_shared_memory():
+    pol = KernelPolicy(_props(integer_dot_product=True, subgroup_shuffle=True))
+    pol.configure_qmatvec(layout="packed", x_bits=8)
+    k = pol.qmatvec(DType.Q4_0, 4096, 14336)
+    assert k.spv == "qmatvec_packed.q4_0.xwg8.sg.spv" and not k.uses_xq, k
+    assert KernelPolicy.qmatvec_xwg_bytes(4096, 8) == 44 * 128 < KernelPolicy.qmatvec_xwg_bytes(4096), \
+        "8-bit x: 32 bytes, a scale and two sums per block of 32"
 
 
 def test_packed_layout_needs_integer_dot_products():

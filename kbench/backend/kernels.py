@@ -915,11 +915,13 @@ class KernelPolicy:
         workgroups whatever the device (for tests and probes), ``prefetch`` (default True): a
         workgroup's first loads go out before it quantizes x,
         ``rows`` per team, ``xq`` "workgroup" (default where x fits in shared memory): each
-        workgroup quantizes x into shared memory itself, no second dispatch, or "dispatch"); other formats keep the
-        GGUF kernels."""
+        workgroup quantizes x into shared memory itself, no second dispatch, or "dispatch"), ``x_bits``
+        16 (default: x's error about 2e-10 NMSE) or 8 (with ``xq`` "workgroup" only: x as signed bytes, one
+        byte dot per weight word instead of two, x's error about 3e-5 NMSE against float64: a faster,
+        less exact kernel, never the automatic choice); other formats keep the GGUF kernels."""
         cfg = dict(config or {}, **knobs)
         unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot", "xq",
-                              "layout", "unroll", "per_cu", "groups", "prefetch"}
+                              "layout", "unroll", "per_cu", "groups", "prefetch", "x_bits"}
         if unknown:
             raise ValueError(f"qmatvec config: unknown keys {sorted(unknown)}")
         if cfg.get("kernel", "auto") not in ("auto", "fast", "generic"):
@@ -956,7 +958,13 @@ class KernelPolicy:
                                  f"{', '.join(repr(cfg[k]) for k in clash)}")
         if cfg.get("prefetch") is not None and not isinstance(cfg["prefetch"], bool):
             raise ValueError(f"qmatvec config: prefetch must be True or False, got {cfg['prefetch']!r}")
-        for key in ("unroll", "per_cu", "groups", "prefetch"):
+        if cfg.get("x_bits") is not None:
+            if cfg["x_bits"] not in (8, 16) or isinstance(cfg["x_bits"], bool):
+                raise ValueError(f"qmatvec config: x_bits must be 8 or 16, got {cfg['x_bits']!r}")
+            if cfg["x_bits"] == 8 and cfg.get("xq") == "dispatch":
+                raise ValueError("qmatvec config: x_bits=8 quantizes x in each workgroup; it cannot take "
+                                 "xq='dispatch'")
+        for key in ("unroll", "per_cu", "groups", "prefetch", "x_bits"):
             if cfg.get(key) is not None and cfg.get("layout") != "packed":
                 raise ValueError(f"qmatvec config: {key} is a choice of layout='packed'")
         if cfg.get("per_cu") is not None and (isinstance(cfg["per_cu"], bool) or not isinstance(cfg["per_cu"], int)
@@ -1121,11 +1129,12 @@ class KernelPolicy:
             teams = _ceil_div(self.subgroup_size, lanes)  # whole subgroups per workgroup
             wg = lanes * teams
         xq = cfg.get("xq") or auto["xq"]
+        x_bits = int(cfg.get("x_bits") or 16)
 
         def shared_bytes(rows: int, xq: str) -> int:  # x (if held) + the reduction's partial sums
-            return (nx * self.qmatvec_xwg_bytes(n_cols) if xq == "workgroup" else 0) + 4 * wg * rows * nx
+            return (nx * self.qmatvec_xwg_bytes(n_cols, x_bits) if xq == "workgroup" else 0) + 4 * wg * rows * nx
 
-        if xq == "workgroup" and "xq" not in cfg and shared_bytes(1, xq) > self.max_shared:
+        if xq == "workgroup" and "xq" not in cfg and x_bits == 16 and shared_bytes(1, xq) > self.max_shared:
             xq = "dispatch"  # x too long to hold in shared memory: a first dispatch quantizes it
         while rows > 1 and shared_bytes(rows, xq) > self.max_shared:
             rows //= 2
@@ -1152,7 +1161,9 @@ class KernelPolicy:
         plan["vectors"] = nx
         spec = (wg, rows, blocks, lanes, unroll, int(cfg.get("prefetch", True)), nx)
         if x_shared:
-            return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.xwg.{reduce}.spv", spec, PUSH_QMATVEC, **plan)
+            xwg = "xwg8" if x_bits == 8 else "xwg"
+            return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.{xwg}.{reduce}.spv", spec, PUSH_QMATVEC,
+                                 **plan)
         return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.{reduce}.spv", spec, PUSH_QMATVEC,
                              uses_xq=True, xq_bytes=self.qmatvec_xq_bytes(nx * n_cols), **plan)
 
@@ -1168,10 +1179,11 @@ class KernelPolicy:
         return blocks * (dtype.block_bytes - 2) + 4 * _ceil_div(blocks, 2)
 
     @staticmethod
-    def qmatvec_xwg_bytes(n_cols: int) -> int:
-        """Shared memory of x quantized by each workgroup of qmatvec_packed.comp (variant xwg): per
-        block of 32, 32 lo and 32 hi bytes, the scale and two sums of q."""
-        return 76 * (n_cols // 32)
+    def qmatvec_xwg_bytes(n_cols: int, x_bits: int = 16) -> int:
+        """Shared memory of x quantized by each workgroup of qmatvec_packed.comp (variants xwg,
+        xwg8): per block of 32, 32 lo and 32 hi bytes (x_bits 8: 32 bytes), the scale and two sums
+        of q."""
+        return (76 if x_bits == 16 else 44) * (n_cols // 32)
 
     @staticmethod
     def qmatvec_xq_bytes(n_cols: int) -> int:
