@@ -60,6 +60,30 @@ def test_test_file_lines_describe_kbench_shapes_in_ggml_terms():
     assert gg.ggml_bytes("rms_norm", {"size": 10}, 120) == 80, "ggml's RMS_NORM has no weight to read"
 
 
+def test_matrix_products_map_to_mul_mat_with_their_first_operand_type():
+    for case, type_a in (("matmul", "0"), ("matmul_f16", "1"), ("matmul_bf16", "30")):
+        words = gg.test_line(case, {"m": 4096, "n": 2048, "k": 1024}, f"{case}[x]").split()
+        # MUL_MAT, f32 output of m x n; src0 type_a with k x m elements; src1 f32 with k x n
+        assert words[:4] == ["29", "0", "4096", "2048"], (case, words)
+        assert words[8:11] == [type_a, "1024", "4096"], (case, words[8:11])
+        src1 = words[8 + 9:8 + 18]
+        assert src1[:3] == ["0", "1024", "2048"] and src1[5:7] == ["4", "4096"], (case, src1)
+
+
+def test_the_peer_names_the_shader_features_of_its_build(tmp_path):
+    exe = tmp_path / "test-backend-ops"
+    assert gg.build_info(exe) == {} and gg.peer_name("d99724f2b1", {}) == "ggml-vulkan@d99724f"
+    (tmp_path / "build.json").write_text(json.dumps({
+        "ggml_commit": "d99724f2b1", "glsl_extensions": ["GL_EXT_bfloat16", "GL_EXT_float_e2m1",
+                                                         "GL_EXT_integer_dot_product", "GL_KHR_cooperative_matrix",
+                                                         "GL_NV_cooperative_matrix2"]}))
+    info = gg.build_info(exe)
+    assert gg.peer_name("d99724f2b1", info) == "ggml-vulkan@d99724f+coopmat+coopmat2+intdot+bf16"
+    (tmp_path / "build.json").write_text("[1, 2")
+    with pytest.raises(gg.PeerUnavailable, match="build.json is not readable JSON"):
+        gg.build_info(exe)
+
+
 def test_a_missing_binary_is_named_and_the_peer_is_unavailable(tmp_path, monkeypatch):
     monkeypatch.delenv(gg.BIN_ENV, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))

@@ -13,11 +13,20 @@ What maps onto what (ggml's ops are not always kbench's):
 - ``add`` / ``element_mul`` -> ``ADD`` / ``MUL`` of two f32 vectors;
 - ``rms_norm`` -> ``RMS_NORM`` (ggml's op has no weight multiply: it moves 8 bytes per element,
   kbench's 12; the record's ``bytes`` is ggml's);
-- ``softmax`` -> ``SOFT_MAX`` of one row with scale 1.
+- ``softmax`` -> ``SOFT_MAX`` of one row with scale 1;
+- ``matmul`` / ``matmul_f16`` / ``matmul_bf16`` [m, n, k] -> ``MUL_MAT`` with ``type_a`` F32 / F16 / BF16
+  (ggml's src0: m rows of k) and an F32 src1 (n rows of k: B transposed, as ggml stores activations),
+  the same 2*m*n*k FLOPs; ggml converts src1 to the matrix units' type itself, inside the timed run.
+
+A full-feature build (integer-dot, cooperative-matrix, coopmat2 shaders; scripts/build-ggml-peer.sh
+with GLSLANG) leaves ``build.json`` beside the binary: the peer then names itself
+``ggml-vulkan@<commit>+<features>`` (for example ``+coopmat+coopmat2+intdot+bf16``), so that runs of
+the two builds stay apart in results and reports, and its records carry the file as ``peer_build``.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -40,6 +49,12 @@ BIN_ENV = "KBENCH_GGML_BIN"
 GGML_OP = {"ADD": 2, "MUL": 7, "RMS_NORM": 25, "MUL_MAT": 29, "SOFT_MAX": 46}
 GGML_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13,
              "Q6_K": 14, "BF16": 30}
+#: the GLSL extensions of a build (build.json's glsl_extensions) that change which shaders ggml
+#: runs, and the short names the peer's implementation name gives them
+BUILD_FEATURES = {"GL_KHR_cooperative_matrix": "coopmat", "GL_NV_cooperative_matrix2": "coopmat2",
+                  "GL_EXT_integer_dot_product": "intdot", "GL_EXT_bfloat16": "bf16"}
+#: kbench's matrix products and the ggml type of their first operand
+MATMUL_TYPE_A = {"matmul": "F32", "matmul_f16": "F16", "matmul_bf16": "BF16"}
 #: ggml op types the test mode checks (kbench's ops that ggml has)
 TEST_OPS = ("MUL_MAT", "RMS_NORM", "SOFT_MAX", "ADD", "MUL")
 #: the weight types whose MUL_MAT the test mode checks
@@ -181,6 +196,10 @@ def test_line(case: str, params: Mapping[str, Any], case_id: str) -> str | None:
             return None
         rows, cols, n = int(params["n_rows"]), int(params["n_cols"]), int(params.get("n_vecs", 1))
         return line("MUL_MAT", (rows, n, 1, 1), [], _tensor(dtype, (cols, rows, 1, 1)), _tensor("F32", (cols, n, 1, 1)))
+    if case in MATMUL_TYPE_A:
+        m, n, k = int(params["m"]), int(params["n"]), int(params["k"])
+        return line("MUL_MAT", (m, n, 1, 1), [], _tensor(MATMUL_TYPE_A[case], (k, m, 1, 1)),
+                    _tensor("F32", (k, n, 1, 1)))
     if case in ("add", "element_mul") and not params.get("inplace"):
         size = int(params["size"])
         vec = _tensor("F32", (size, 1, 1, 1))
@@ -317,12 +336,35 @@ def _run_error(what: str, run: BinaryRun) -> dict[str, Any]:
                        **_BASE)
 
 
+def build_info(binary: Path) -> dict[str, Any]:
+    """build.json beside the binary (scripts/build-ggml-peer.sh writes it), or {} where there is
+    none (a build from before it, or one made by hand)."""
+    path = Path(binary).parent / "build.json"
+    if not path.is_file():
+        return {}
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise PeerUnavailable(f"{PEER_NAME}: {path} is not readable JSON: {exc}") from None
+    if not isinstance(info, dict):
+        raise PeerUnavailable(f"{PEER_NAME}: {path} holds {type(info).__name__}, expected an object")
+    return info
+
+
+def peer_name(commit: str, info: Mapping[str, Any]) -> str:
+    """``ggml-vulkan@<commit7>``, plus ``+feature`` for each of BUILD_FEATURES the build has."""
+    have = set(info.get("glsl_extensions") or ())
+    extra = "".join(f"+{short}" for ext, short in BUILD_FEATURES.items() if ext in have)
+    return f"{PEER_NAME}@{commit[:7]}{extra}"
+
+
 def drive(binary: str | None, mode: str, instances: list[Any], props: dict[str, Any] | None,
           timeout: float) -> tuple[str, list[dict[str, Any]]]:
     """Run the binary for ``mode``; (implementation name with ggml's build commit, records)."""
     import tempfile
 
     exe = find_binary(binary)
+    info = build_info(exe)
     device = int((props or {}).get("index", 0))
     if mode == "bench":
         lines = [test_line(i.case.name, i.params, i.case_id) for i in instances]
@@ -342,11 +384,11 @@ def drive(binary: str | None, mode: str, instances: list[Any], props: dict[str, 
         records += [_run_error(f"{mode} {op}", r) for op, r in runs if r.failure()]
         rows = [row for _, r in runs for row in r.rows]
         commit = next((row.build_commit for row in rows if row.build_commit), "unknown")
-        return f"{PEER_NAME}@{commit[:7]}", records
+        return peer_name(commit, info), records
     if run.failure():
         records.append(_run_error(mode, run))
     commit = next((r.build_commit for r in run.rows if r.build_commit), "unknown")
-    return f"{PEER_NAME}@{commit[:7]}", records
+    return peer_name(commit, info), records
 
 
 def implementation(binary: str | None = None) -> Any:
@@ -369,7 +411,15 @@ def implementation(binary: str | None = None) -> Any:
         description="ggml's Vulkan backend through its test-backend-ops (perf and test modes)",
         devices=lambda: [], configs=lambda props: [], open=_no_open, accepts=accepts, availability=available,
         peer=True, drive=lambda mode, insts, props, timeout: drive(binary, mode, insts, props, timeout),
-        header=lambda: {"peer_program": "test-backend-ops"}, args={"binary": binary} if binary else {})
+        header=lambda: _header(binary), args={"binary": binary} if binary else {})
+
+
+def _header(binary: str | None) -> dict[str, Any]:
+    try:
+        info = build_info(find_binary(binary))
+    except PeerUnavailable:
+        info = {}
+    return {"peer_program": "test-backend-ops", **({"peer_build": info} if info else {})}
 
 
 def _no_open(props: Any, config: Any) -> Any:
