@@ -42,7 +42,7 @@ import numpy as np
 
 
 from kbench.backend import VulkanBackend
-from kbench.backend.kernels import KernelPolicy
+from kbench.backend.kernels import QMATVEC_PACKED_DTYPES, KernelPolicy
 from kbench.quant import DType, dequantize, quantize, row_bytes
 
 DTYPES = [DType.Q4_0, DType.Q8_0, DType.Q4_K, DType.Q6_K]
@@ -272,12 +272,19 @@ def batches(args, shapes, dtypes, rng) -> int:
                     h = be.allocate(len(data))
                     be.copy_to_device(data, h)
                     hws.append(h)
-                for nv in args.vecs:
+                for nv, x_bits in [(nv, xb) for nv in args.vecs for xb in args.x_bits]:
+                    if x_bits == 8 and dtype not in QMATVEC_PACKED_DTYPES:
+                        continue  # 8-bit x is a choice of the packed kernel only
+                    be._policy.configure_qmatvec({"layout": "packed", "x_bits": 8} if x_bits == 8 else {})
+                    try:
+                        kernel = be._policy.qmatvec(dtype, n_cols, n_rows, nv)
+                    except ValueError as exc:  # e.g. x of many vectors does not fit in shared memory
+                        print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} {nv:>4} {x_bits}-bit x: FAILED: {exc}")
+                        continue
                     x = rng.uniform(-1, 1, (nv, n_cols)).astype(np.float32)
                     ref = np.tile(x.astype(np.float64) @ base_ref.T, (1, -(-n_rows // len(base_ref))))[:, :n_rows]
                     hx, hy = be.allocate(x.nbytes), be.allocate(4 * nv * n_rows)
                     be.copy_to_device(x.tobytes(), hx)
-                    kernel = be._policy.qmatvec(dtype, n_cols, n_rows, nv)
                     ns, timer = per_call_ns(be, lambda hw: be.quantized_matmul(hw, hx, hy, n_rows, n_cols, dtype,
                                                                                n_vecs=nv), hws, repeats, loops)
                     raw = bytearray(4 * nv * n_rows)
@@ -288,6 +295,7 @@ def batches(args, shapes, dtypes, rng) -> int:
                     print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} {nv:>4} {name:34} {ns / 1e3:8.2f} "
                           f"{len(data) / ns * 1e-3:6.3f} {err:9.2e} {timer}", flush=True)
                     be.free(hx), be.free(hy)
+                be._policy.configure_qmatvec({})
                 for h in hws:
                     be.free(h)
                 be.synchronize()
@@ -319,6 +327,8 @@ def main(argv=None) -> int:
     ap.add_argument("--vecs", type=int, nargs="+", default=None, metavar="N",
                     help="batches of N vectors (quantized_matmul n_vecs) with the automatic kernel, beside "
                          "torch's float16 mm of the same batch")
+    ap.add_argument("--x-bits", type=int, nargs="+", default=[16], choices=(8, 16),
+                    help="with --vecs: x's bits in the packed kernel (8: the faster, less exact xwg8 variant)")
     args = ap.parse_args(argv)
 
     shapes = SMALL_SHAPES if args.small else SHAPES
