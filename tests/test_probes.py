@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import pytest
+
 from kbench.cli import main
 from kbench.probes import PROBES
+
+
+def _has_int_dot() -> bool:
+    import kbench.runtime as kp
+
+    devices = kp.list_devices()
+    return bool(devices) and bool(devices[0].get("features", {}).get("integer_dot_product"))
 
 
 def test_probe_help_lists_every_probe(capsys):
@@ -45,3 +54,16 @@ def test_the_qmatvec_probe_times_batches_of_vectors_exactly(capsys):
     assert len(rows) == 4, f"a row per shape and batch size expected:\n{out}"
     bad = [r for r in rows if not float(r[-2]) < 1e-8]  # NMSE of the worst vector
     assert not bad, f"batches off against float64: {bad}"
+
+
+def test_the_qmatvec_probe_puts_eight_bit_x_beside_the_automatic_kernel_on_batches(capsys):
+    if not _has_int_dot():
+        pytest.skip("the device has no shaderIntegerDotProduct (the packed kernel needs it)")
+    assert main(["probe", "qmatvec", "--small", "--vecs", "2", "--x-bits", "16", "8", "--dtypes", "Q4_0",
+                 "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith("Q4_0")]
+    x8 = [r for r in rows if ".xwg8." in r[3]]
+    assert len(rows) == 4 and len(x8) == 2, f"a 16-bit and an 8-bit row per shape expected:\n{out}"
+    # 8-bit x: its own error, well above the 16-bit kernels' and within the probe's limit
+    assert all(1e-7 < float(r[-2]) < 1e-4 for r in x8), f"8-bit x rows off: {x8}"
