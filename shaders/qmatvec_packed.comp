@@ -1,18 +1,25 @@
 #version 450
-// quantized_matmul y = W x on Q4_0 / Q8_0 / Q6_K weights repacked by qmatvec_pack.comp (16-byte
-// aligned quants, fp16 scales in an array of their own) and x quantized by qmatvec_xq.comp
-// (16 bits per element as two signed bytes, a float scale per block of 32).
+// quantized_matmul y = W x on Q4_0 / Q8_0 / Q6_K / Q4_K weights repacked by qmatvec_pack.comp
+// (16-byte aligned quants, fp16 scales in an array of their own; Q4_K: its sub-block scales and
+// mins unpacked to bytes, see qmatvec_pack.comp) and x quantized by qmatvec_xq.comp (16 bits per
+// element as two signed bytes, a float scale per block of 32).
 //
 // A workgroup is TEAMS = WG / LANES teams of LANES lanes; team t takes ROWS consecutive rows.
-// Lane l of a team takes units of 32 weights l, l + LANES, ... of each of its rows (a Q4_0/Q8_0
-// block; an eighth of a Q6_K block), so the lanes of a subgroup read consecutive 16-byte words.
+// Lane l of a team takes units l, l + LANES, ... of each of its rows: units of 32 weights (a
+// Q4_0/Q8_0 block; an eighth of a Q6_K block) or, for Q4_K, of 64 weights (a quarter of a block:
+// 2 uvec4 of quants holding sub-blocks 2u and 2u + 1 in their low and high nibbles; a unit of 32
+// would load both words for one nibble of each), so the lanes of a subgroup read consecutive
+// 16-byte words.  A unit covers UX = 1 (Q4_K: 2) of x's blocks of 32.
 // UNROLL units per row are loaded before any is decoded: the loads of UNROLL * ROWS units are in
 // flight together, which is what keeps HBM busy (the read floor probe's finding: a grid of short
 // independent 16-byte loads reads at 0.7x copy; one load at a time per lane does not).
-// Per unit and row: uvec4 loads of quants, a 16-bit load of the scale, and 4-wide byte dot
+// Per unit and row: uvec4 loads of quants, a 16-bit load of the scale (Q4_K: a word of d and dmin,
+// a word of its two sub-blocks' scales and mins), and 4-wide byte dot
 // products against both byte halves of x (Q4_0: the unsigned nibbles, minus 8 times x's sum;
-// Q6_K: the unsigned 6-bit q, minus 32 times x's sum, two 16-element sub-blocks with int8 scales).
-// Integer sums are exact (|sum| < 2^31); they are scaled by d * s_x (and Q6_K's sub-block scale) in fp32.
+// Q6_K: the unsigned 6-bit q, minus 32 times x's sum, two 16-element sub-blocks with int8 scales;
+// Q4_K: the unsigned nibbles of a 32-element sub-block, d * sc times their dot minus dmin * m
+// times x's integer sum over the sub-block).
+// Integer sums are exact (|sum| < 2^31); they are scaled by d * s_x (and the sub-block scale) in fp32.
 // A team's rows are summed by subgroup shuffles (variant sg: LANES a power of two; teams wider
 // than a subgroup add their subgroups' sums in shared memory), or by a shared-memory tree
 // (variant tree, devices without subgroup arithmetic).
@@ -42,6 +49,12 @@
 // kbench: variant q8_0.xwg8.tree QT_Q8_0 XQ_WG X8 target=vulkan1.1
 // kbench: variant q6_k.xwg8.sg QT_Q6_K XQ_WG X8 USE_SUBGROUP target=vulkan1.1
 // kbench: variant q6_k.xwg8.tree QT_Q6_K XQ_WG X8 target=vulkan1.1
+// kbench: variant q4_k.sg QT_Q4_K USE_SUBGROUP target=vulkan1.1
+// kbench: variant q4_k.tree QT_Q4_K target=vulkan1.1
+// kbench: variant q4_k.xwg.sg QT_Q4_K XQ_WG USE_SUBGROUP target=vulkan1.1
+// kbench: variant q4_k.xwg.tree QT_Q4_K XQ_WG target=vulkan1.1
+// kbench: variant q4_k.xwg8.sg QT_Q4_K XQ_WG X8 USE_SUBGROUP target=vulkan1.1
+// kbench: variant q4_k.xwg8.tree QT_Q4_K XQ_WG X8 target=vulkan1.1
 
 #if defined(USE_SUBGROUP)
 #extension GL_KHR_shader_subgroup_basic : require
@@ -63,12 +76,15 @@ layout(constant_id = 5) const bool PREFETCH = true;  // the first batch's loads 
 layout(constant_id = 6) const uint NX = 1;       // vectors x (y = W x for each; x_v at v * n_cols, y_v at v * n_rows)
 const uint TEAMS = gl_WorkGroupSize.x / LANES;
 
+// QV: uvec4 of quants per block, UNITS: units per block, NQ: uvec4 per unit, UX: x blocks per unit
 #if defined(QT_Q4_0)
-const uint QV = 1u, UNITS = 1u, NQ = 1u;  // uvec4 per block, units of 32 weights per block, uvec4 per unit
+const uint QV = 1u, UNITS = 1u, NQ = 1u, UX = 1u;
 #elif defined(QT_Q8_0)
-const uint QV = 2u, UNITS = 1u, NQ = 2u;
+const uint QV = 2u, UNITS = 1u, NQ = 2u, UX = 1u;
+#elif defined(QT_Q6_K)
+const uint QV = 13u, UNITS = 8u, NQ = 4u, UX = 1u;  // ql (2 uvec4) and qh (2 uvec4) of one unit
 #else
-const uint QV = 13u, UNITS = 8u, NQ = 4u;  // ql (2 uvec4) and qh (2 uvec4) of one unit
+const uint QV = 8u, UNITS = 4u, NQ = 2u, UX = 2u;  // Q4_K: the 32 quant bytes of two sub-blocks
 #endif
 
 layout(std430, binding = 0) readonly buffer Packed { uvec4 wq[]; };
@@ -95,10 +111,11 @@ layout(push_constant) uniform Push {
 
 shared float part[ROWS * NX * gl_WorkGroupSize.x];  // per row and vector, one slot per subgroup or per lane
 
-// The weights stay unsigned (Q4_0 nibbles 0..15, Q6_K 6-bit q 0..63) in the dot products with x's
-// signed bytes; their offsets (8, 32) come off once per 16 elements through the sum of x's q
-// there: n - 8 per element would cost three more integer operations per word, and integer issue,
-// not HBM, is what bounds these kernels on a GPU whose integer rate is half its fp32 rate.
+// The weights stay unsigned (Q4_0 and Q4_K nibbles 0..15, Q6_K 6-bit q 0..63) in the dot products
+// with x's signed bytes; their offsets (8, 32; Q4_K's dmin * m) come off once per 16 (Q4_K: 32)
+// elements through the sum of x's q there: n - 8 per element would cost three more integer
+// operations per word, and integer issue, not HBM, is what bounds these kernels on a GPU whose
+// integer rate is half its fp32 rate.
 
 // Q6_K's four 6-bit q of a word: low 4 bits from ql (nibble at shift ls), high 2 from qh (at hs)
 uint q6_bytes(uint ql, uint qh, uint ls, uint hs) {
@@ -168,10 +185,25 @@ void quantize_block(uint b) {
 }
 #endif
 
-// the loads of one unit of a row: NQ quant words, Q6_K's sub-block scale word, the block scale
-#define SCALE_BASE (pc.n_rows * (pc.n_cols >> 5u) / UNITS * QV)  // uvec4 index of the scales
+// the loads of one unit of a row: NQ quant words, Q6_K's sub-block scale word (Q4_K: its two
+// sub-blocks' scales and mins), the block scale (Q4_K: d and dmin)
+#define N_BLOCKS (pc.n_rows * (pc.n_cols >> 5u) / (UNITS * UX))  // weight blocks in the matrix
+#define SCALE_BASE (N_BLOCKS * QV)  // uvec4 index of the scales (Q4_K: of the scale and min bytes)
+#if defined(QT_Q4_K)
+#define DT vec2   // d, dmin
+#else
+#define DT float  // d
+#endif
 
-void fetch(uint blk, uint b, out uvec4 q[NQ], out uint extra, out float d) {
+void fetch(uint blk, uint b, out uvec4 q[NQ], out uint extra, out DT d) {
+#if defined(QT_Q4_K)
+    // unit b & 3 of the block: quants 2 (b & 3), + 1, its scale/min word, the block's d | dmin word
+    uint u = b & 3u;
+    q[0] = wq[blk * QV + 2u * u];
+    q[1] = wq[blk * QV + 2u * u + 1u];
+    extra = wq[SCALE_BASE + blk][u];
+    d = unpackHalf2x16(wq[SCALE_BASE + N_BLOCKS + (blk >> 2u)][blk & 3u]);
+#else
     uint si = blk >> 1u;
     d = unpackHalf2x16(wq[SCALE_BASE + (si >> 2u)][si & 3u] >> (16u * (blk & 1u))).x;
 #if defined(QT_Q6_K)
@@ -189,6 +221,7 @@ void fetch(uint blk, uint b, out uvec4 q[NQ], out uint extra, out float d) {
     }
     extra = 0u;
 #endif
+#endif
 }
 
 // One unit decoded once for all vectors: its weights as bytes (elements 0..15 in wa, 16..31 in
@@ -201,16 +234,23 @@ int wdot4(uvec4 x, uvec4 w) {
 #else
 #if defined(QT_Q4_0)
 const int OFFSET = 8;
-#else
+#elif defined(QT_Q6_K)
 const int OFFSET = 32;
-#endif
+#endif  // (Q4_K's offset, dmin * m, is a float: unit_dot takes it off)
 int wdot4(uvec4 x, uvec4 w) {
     return udot4(x, w);
 }
 #endif
 
-void decode(uvec4 q[NQ], uint extra, float d, uint b, out uvec4 wa, out uvec4 wb, out vec2 scale) {
-#if defined(QT_Q6_K)
+// x block s (< UX) of the unit.  Q4_K: its sub-block 2 (b & 3) + s, the low (s = 0) or high
+// (s = 1) nibbles, both halves with the scale d * sc, so scale = (d * sc, dmin * m): the second
+// is the min term's coefficient (see unit_dot).
+void decode(uvec4 q[NQ], uint extra, DT d, uint b, uint s, out uvec4 wa, out uvec4 wb, out vec2 scale) {
+#if defined(QT_Q4_K)
+    wa = (q[0] >> (4u * s)) & 0x0F0F0F0Fu;
+    wb = (q[1] >> (4u * s)) & 0x0F0F0F0Fu;
+    scale = d * vec2((extra >> (8u * s)) & 0xFFu, (extra >> (16u + 8u * s)) & 0xFFu);
+#elif defined(QT_Q6_K)
     uint g = b & 3u;
     uint ls = 4u * (g >> 1u), hs = 2u * g;
     uvec4 l0 = q[0], l1 = q[1], h0 = q[2], h1 = q[3];
@@ -233,10 +273,20 @@ void decode(uvec4 q[NQ], uint extra, float d, uint b, out uvec4 wa, out uvec4 wb
 #endif
 }
 
-// a decoded unit against one vector's block: x's two byte halves (xl, xh: words of elements 0..15
-// then 16..31), its scale sx and sums of q xs.  Each half's integer sum is below 2^27 (exact in
-// fp32 below 2^24: Q4_0, Q6_K; Q8_0's rounds at 2^-24 relative).
+// a decoded unit (Q4_K: sub-block) against one vector's block: x's two byte halves (xl, xh: words
+// of elements 0..15 then 16..31), its scale sx and sums of q xs.  Each half's integer sum is below
+// 2^27 (exact in fp32 below 2^24: Q4_0, Q6_K; Q8_0's rounds at 2^-24 relative).
 float unit_dot(uvec4 wa, uvec4 wb, vec2 scale, uvec4 xl0, uvec4 xl1, uvec4 xh0, uvec4 xh1, float sx, ivec2 xs) {
+#if defined(QT_Q4_K)
+    // one sub-block, one scale: |t| <= 32 * 15 * 32639 = 15,666,720 < 2^24 (|256 hi| and |lo|
+    // parts likewise), and |xs.x + xs.y| <= 32 * 32639 < 2^24: both exact in int32 and in fp32
+#if defined(X8)
+    int t = wdot4(xl0, wa) + wdot4(xl1, wb);
+#else
+    int t = 256 * (wdot4(xh0, wa) + wdot4(xh1, wb)) + wdot4(xl0, wa) + wdot4(xl1, wb);
+#endif
+    return (float(t) * scale.x - float(xs.x + xs.y) * scale.y) * sx;
+#else
 #if defined(X8)
     float ta = float(wdot4(xl0, wa) - OFFSET * xs.x);
     float tb = float(wdot4(xl1, wb) - OFFSET * xs.y);
@@ -245,6 +295,7 @@ float unit_dot(uvec4 wa, uvec4 wb, vec2 scale, uvec4 xl0, uvec4 xl1, uvec4 xh0, 
     float tb = float(256 * wdot4(xh1, wb) + wdot4(xl1, wb) - OFFSET * xs.y);
 #endif
     return (ta * scale.x + tb * scale.y) * sx;
+#endif
 }
 
 // One batch: UNROLL units of each of a team's ROWS rows, all loaded before any is decoded.  A
@@ -253,12 +304,13 @@ float unit_dot(uvec4 wa, uvec4 wb, vec2 scale, uvec4 xl0, uvec4 xl1, uvec4 xh0, 
 // on the H200: register pressure.)
 uvec4 q_next[UNROLL * ROWS][NQ];
 uint extra_next[UNROLL * ROWS];
-float d_next[UNROLL * ROWS];
+DT d_next[UNROLL * ROWS];
 
-void load_batch(uint row0, uint b0, uint nb) {
-    uint nblk = nb / UNITS;  // weight blocks per row
+// nu: units per row
+void load_batch(uint row0, uint b0, uint nu) {
+    uint nblk = nu / UNITS;  // weight blocks per row
     for (uint u = 0u; u < UNROLL; ++u) {  // constant trip counts: unrolled
-        uint b = min(b0 + u * LANES, nb - 1u);  // a unit past the row reloads the last one, unused
+        uint b = min(b0 + u * LANES, nu - 1u);  // a unit past the row reloads the last one, unused
         for (uint r = 0u; r < ROWS; ++r) {
             uint row = min(row0 + r, pc.n_rows - 1u);
             fetch(row * nblk + b / UNITS, b, q_next[u * ROWS + r], extra_next[u * ROWS + r], d_next[u * ROWS + r]);
@@ -267,54 +319,64 @@ void load_batch(uint row0, uint b0, uint nb) {
 }
 
 // rows row0 .. row0 + ROWS - 1 of team `team` (rows past the matrix: none, but the team still
-// takes part in the workgroup's barriers); `loaded`: its first batch is in q_next already
-void team_rows(uint team, uint tl, uint lid, uint row0, uint nb, bool loaded) {
+// takes part in the workgroup's barriers), nu units per row; `loaded`: its first batch is in
+// q_next already
+void team_rows(uint team, uint tl, uint lid, uint row0, uint nu, bool loaded) {
     uint rows = row0 < pc.n_rows ? min(ROWS, pc.n_rows - row0) : 0u;
+    uint nb = nu * UX;  // x's blocks per vector
     const uint K = ROWS * NX;  // accumulators: row r, vector v at r * NX + v
     float acc[K];
     for (uint k = 0u; k < K; ++k) {
         acc[k] = 0.0;
     }
     const uint STEP = LANES * UNROLL;
-    for (uint b0 = tl; b0 < nb; b0 += STEP) {
+    for (uint b0 = tl; b0 < nu; b0 += STEP) {
         if (!loaded || b0 != tl) {
-            load_batch(row0, b0, nb);
+            load_batch(row0, b0, nu);
         }
         for (uint u = 0u; u < UNROLL; ++u) {
             uint b = b0 + u * LANES;
-            if (b >= nb) {
+            if (b >= nu) {
                 break;
             }
-            uvec4 wa[ROWS], wb[ROWS];
-            vec2 scale[ROWS];
+            // row r, x block s of the unit at r * UX + s (flat: arrays [ROWS][UX], a row's [UX] passed
+            // to decode as an out array, lost their [1] entries on lavapipe, seen with ROWS = 2)
+            uvec4 wa[ROWS * UX], wb[ROWS * UX];
+            vec2 scale[ROWS * UX];
             for (uint r = 0u; r < ROWS; ++r) {
-                decode(q_next[u * ROWS + r], extra_next[u * ROWS + r], d_next[u * ROWS + r], b, wa[r], wb[r], scale[r]);
+                uint k = u * ROWS + r;
+                for (uint s = 0u; s < UX; ++s) {
+                    decode(q_next[k], extra_next[k], d_next[k], b, s, wa[r * UX + s], wb[r * UX + s], scale[r * UX + s]);
+                }
             }
             for (uint v = 0u; v < NX; ++v) {
-                uint gb = v * nb + b;  // block b of vector v among all vectors' blocks
+                for (uint s = 0u; s < UX; ++s) {
+                    uint gb = v * nb + b * UX + s;  // x block b * UX + s of vector v among all vectors' blocks
 #if defined(XQ_WG)
-                uvec4 xl0 = sxl[2u * gb], xl1 = sxl[2u * gb + 1u];
+                    uvec4 xl0 = sxl[2u * gb], xl1 = sxl[2u * gb + 1u];
 #if defined(X8)
-                uvec4 xh0 = uvec4(0u), xh1 = uvec4(0u);  // unused
+                    uvec4 xh0 = uvec4(0u), xh1 = uvec4(0u);  // unused
 #else
-                uvec4 xh0 = sxh[2u * gb], xh1 = sxh[2u * gb + 1u];
+                    uvec4 xh0 = sxh[2u * gb], xh1 = sxh[2u * gb + 1u];
 #endif
-                float sx = sxs[gb];
-                ivec2 xs = sxsum[gb];
+                    float sx = sxs[gb];
+                    ivec2 xs = sxsum[gb];
 #else
-                uint all = NX * nb;  // qmatvec_xq quantized every vector as one long x
-                uvec4 xl0 = xq[2u * gb], xl1 = xq[2u * gb + 1u];
-                uvec4 xh0 = xq[2u * all + 2u * gb], xh1 = xq[2u * all + 2u * gb + 1u];
-                uint sxi = 16u * all + gb;  // x scale word
-                float sx = uintBitsToFloat(xq[sxi >> 2u][sxi & 3u]);
+                    uint all = NX * nb;  // qmatvec_xq quantized every vector as one long x
+                    uvec4 xl0 = xq[2u * gb], xl1 = xq[2u * gb + 1u];
+                    uvec4 xh0 = xq[2u * all + 2u * gb], xh1 = xq[2u * all + 2u * gb + 1u];
+                    uint sxi = 16u * all + gb;  // x scale word
+                    float sx = uintBitsToFloat(xq[sxi >> 2u][sxi & 3u]);
 #if defined(QT_Q8_0)
-                ivec2 xs = ivec2(0);  // signed weights: no offset to take off
+                    ivec2 xs = ivec2(0);  // signed weights: no offset to take off
 #else
-                ivec2 xs = ivec2(xsum16(xl0, xh0), xsum16(xl1, xh1));
+                    ivec2 xs = ivec2(xsum16(xl0, xh0), xsum16(xl1, xh1));
 #endif
 #endif
-                for (uint r = 0u; r < ROWS; ++r) {
-                    acc[r * NX + v] += unit_dot(wa[r], wb[r], scale[r], xl0, xl1, xh0, xh1, sx, xs);
+                    for (uint r = 0u; r < ROWS; ++r) {
+                        uint i = r * UX + s;
+                        acc[r * NX + v] += unit_dot(wa[i], wb[i], scale[i], xl0, xl1, xh0, xh1, sx, xs);
+                    }
                 }
             }
         }
@@ -383,9 +445,10 @@ void main() {
     if (group * group_rows >= pc.n_rows) {
         return;  // whole workgroup: no barrier is skipped by part of it
     }
-    uint nb = pc.n_cols >> 5u;
+    uint nb = pc.n_cols >> 5u;  // x's blocks of 32
+    uint nu = nb / UX;           // units per row
     if (PREFETCH) {
-        load_batch(group * group_rows + team * ROWS, tl, nb);
+        load_batch(group * group_rows + team * ROWS, tl, nu);
     }
 #if defined(XQ_WG)
     for (uint b = lid; b < NX * nb; b += gl_WorkGroupSize.x) {  // every vector's blocks
@@ -394,6 +457,6 @@ void main() {
     barrier();
 #endif
     for (uint g = group; g * group_rows < pc.n_rows; g += n_groups) {  // uniform over the workgroup
-        team_rows(team, tl, lid, g * group_rows + team * ROWS, nb, PREFETCH && g == group);
+        team_rows(team, tl, lid, g * group_rows + team * ROWS, nu, PREFETCH && g == group);
     }
 }

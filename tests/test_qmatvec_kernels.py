@@ -11,8 +11,9 @@ bytes and a whole number of chunks; each staged config must run at least one sha
 several chunks per row.
 Its integer-dot variants (x quantized to 16 bits per element by qmatvec_xq.comp, on devices with
 shaderIntegerDotProduct, which lavapipe has) run with the same team shapes; their NMSE (about
-2e-10) is held to the same limit.  So is qmatvec_packed.comp (Q4_0, Q8_0, Q6_K on weights repacked by
-qmatvec_pack.comp; the cache of repacked copies is tested in test_qmatvec_packed.py).  The fp32 configs ask for dot=False explicitly.
+2e-10) is held to the same limit.  So is qmatvec_packed.comp (Q4_0, Q8_0, Q6_K, Q4_K on weights repacked by
+qmatvec_pack.comp; the cache of repacked copies and Q4_K's layout are tested in test_qmatvec_packed.py).
+The fp32 configs ask for dot=False explicitly.
 The generic qmatvec.comp covers every dtype in QMATVEC_DTYPES (subgroup and shared variants).
 Reference: kbench.quant.dequantize in float64; NMSE <= 1e-8.
 """
@@ -22,7 +23,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kbench.backend.kernels import QMATVEC_DTYPES, QMATVEC_FAST_DTYPES, QMATVEC_PACKED_DTYPES, KernelPolicy
+from kbench.backend.kernels import (QMATVEC_DTYPES, QMATVEC_FAST_DTYPES, QMATVEC_PACKED_AUTO_DTYPES,
+                                    QMATVEC_PACKED_DTYPES, KernelPolicy)
 from kbench.quant import DType, dequantize, quantize, row_bytes
 
 kp = pytest.importorskip("kbench.runtime")
@@ -112,7 +114,9 @@ CONFIGS = {
 SHAPES = {
     1: [(1, 1), (7, 33), (5, 512)],
     32: [(1, 32), (7, 96), (13, 160), (33, 1024)],   # Q4_0 rows of 18, 54, 90, 576 bytes
-    256: [(1, 256), (7, 768), (5, 1280), (9, 2048), (5, 4096)],  # Q6_K rows of 210, 630, 1050, 1680, 3360 bytes
+    # Q6_K rows of 210, 630, 1050, 1680, 3360 bytes; Q4_K rows of 4, 12, 20, 32, 64 packed units of 64
+    # weights (a row of fewer units than a team has lanes, and of a number no lane count divides)
+    256: [(1, 256), (7, 768), (5, 1280), (9, 2048), (5, 4096)],
 }
 
 
@@ -281,8 +285,8 @@ def test_policy_picks_the_fast_kernel_only_where_it_was_tuned():
 def test_policy_takes_the_integer_dot_variant_where_the_device_has_it():
     feats = {"subgroup_basic": True, "subgroup_arithmetic": True, "integer_dot_product": True}
     gpu = KernelPolicy(_props(features=feats))
-    for dt in QMATVEC_FAST_DTYPES:  # the automatic layout: repacked where a packed kernel exists
-        assert gpu.qmatvec(dt, 4096, 14336).packed == (dt in QMATVEC_PACKED_DTYPES), dt
+    for dt in QMATVEC_FAST_DTYPES:  # the automatic layout: repacked where a packed kernel was timed faster
+        assert gpu.qmatvec(dt, 4096, 14336).packed == (dt in QMATVEC_PACKED_AUTO_DTYPES), dt
     assert not gpu.qmatvec(DType.Q4_0, 1024, 1023).packed, "below 2^20 weights: GGUF's layout"
     gpu.configure_qmatvec(layout="gguf")  # the GGUF kernels' own choices from here on
     assert ".dot" not in gpu.qmatvec(DType.Q4_0, 1024, 1023).spv, "below 2^20 weights: exact fp32"

@@ -3,7 +3,9 @@
 The packed kernels' arithmetic is checked per shape in test_qmatvec_kernels.py; here, that a
 repacked copy is made once, remade whenever anything else used its weight buffer (a write may
 have changed it), dropped with the buffer, bounded in bytes, and that bad configurations are
-refused before any GPU work.
+refused before any GPU work; and Q4_K's own packed layout (its 6-bit sub-block scales and mins
+unpacked to bytes by the repack kernel) byte for byte, with a product in which every sub-block's
+scale and min counts.
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kbench.backend.kernels import KernelPolicy
-from kbench.quant import DType, dequantize, quantize
+from kbench.backend.kernels import QMATVEC_PACKED_AUTO_DTYPES, QMATVEC_PACKED_DTYPES, KernelPolicy
+from kbench.quant import DType, _unpack_scales_k, dequantize, quantize
 
 kp = pytest.importorskip("kbench.runtime")
 
@@ -74,7 +76,7 @@ class Problem:
 
 
 @needs_device
-@pytest.mark.parametrize("dtype", [DType.Q4_0, DType.Q8_0, DType.Q6_K], ids=lambda d: d.name)
+@pytest.mark.parametrize("dtype", [DType.Q4_0, DType.Q8_0, DType.Q6_K, DType.Q4_K], ids=lambda d: d.name)
 def test_a_weight_buffer_is_repacked_once_and_reused(be, dtype):
     p = Problem(be, dtype, 37, 512, seed=1)
     p.check("first call (repacks)")
@@ -155,10 +157,10 @@ def test_the_copies_stay_within_their_byte_budget(be):
 
 @needs_device
 def test_formats_without_a_packed_kernel_keep_the_gguf_kernels(be):
-    p = Problem(be, DType.Q4_K, 5, 512, seed=8)
-    kernel = be._policy.qmatvec(DType.Q4_K, 512, 5)
+    p = Problem(be, DType.Q5_K, 5, 512, seed=8)
+    kernel = be._policy.qmatvec(DType.Q5_K, 512, 5)
     assert not kernel.packed, kernel
-    p.check("Q4_K under layout=packed")
+    p.check("Q5_K under layout=packed")
     assert be.cache_stats()["packed_weights"] == 0
 
 
@@ -241,6 +243,16 @@ def test_packed_bytes_are_the_gguf_bytes_with_the_scales_apart():
     assert KernelPolicy.qmatvec_packed_bytes(DType.Q4_0, 14336, 4096) == 1_835_008 * 18
     assert KernelPolicy.qmatvec_packed_bytes(DType.Q6_K, 14336, 4096) == 229_376 * 210
     assert KernelPolicy.qmatvec_packed_bytes(DType.Q8_0, 1, 32) == 32 + 4, "an odd block count rounds its scale word up"
+
+
+def test_q4_k_packed_bytes_hold_quants_unpacked_scales_and_a_d_dmin_word_per_block():
+    # per 256-weight block: 128 quant bytes (8 uvec4), 16 bytes of sub-block scales and mins as
+    # bytes (GGUF's 12 bytes of 6-bit fields unpacked), d and dmin (one word): 148, GGUF's 144 + 4
+    assert KernelPolicy.qmatvec_packed_bytes(DType.Q4_K, 14336, 4096) == 229_376 * 148
+    assert KernelPolicy.qmatvec_packed_bytes(DType.Q4_K, 1, 256) == 148, "one block: no rounding"
+    assert KernelPolicy.qmatvec_packed_bytes(DType.Q4_K, 3, 768) == 9 * 148
+    with pytest.raises(ValueError, match="Q5_K has no packed layout"):
+        KernelPolicy.qmatvec_packed_bytes(DType.Q5_K, 1, 256)
 
 
 def test_packed_launch_shape_takes_the_knobs_and_the_automatic_shape():
@@ -330,7 +342,7 @@ def test_the_automatic_layout_packs_only_large_products_on_gpus(monkeypatch):
     gpu = KernelPolicy(_props(integer_dot_product=True))
     assert gpu.qmatvec(DType.Q8_0, 4096, 14336).packed
     assert not gpu.qmatvec(DType.Q8_0, 64, 7).packed, "small products stay exact"
-    assert not gpu.qmatvec(DType.Q4_K, 4096, 14336).packed, "no packed Q4_K kernel"
+    assert not gpu.qmatvec(DType.Q4_K, 4096, 14336).packed, "Q4_K's packed kernel is not timed yet: GGUF's"
     no_dot = KernelPolicy(_props())
     assert not no_dot.qmatvec(DType.Q8_0, 4096, 14336).packed
     cpu = KernelPolicy({**_props(integer_dot_product=True), "device_type": "cpu"})
@@ -353,3 +365,132 @@ def test_repack_and_product_spread_their_grids_past_the_x_limit(xq):
     with VulkanBackend(grid_limit=3, qmatvec={"layout": "packed", "xq": xq}) as b:
         p = Problem(b, DType.Q4_0, 1000, 256, seed=12)
         p.check(f"1000 x 256 on a spread grid, xq={xq}")
+
+
+def test_the_automatic_choice_keeps_gguf_for_q4_k_until_it_is_timed(monkeypatch):
+    # the packed Q4_K kernel runs on request (layout="packed") but has no H200 timing yet: the
+    # automatic layout repacks only QMATVEC_PACKED_AUTO_DTYPES
+    assert DType.Q4_K in QMATVEC_PACKED_DTYPES and DType.Q4_K not in QMATVEC_PACKED_AUTO_DTYPES
+    monkeypatch.setattr(KernelPolicy, "QMATVEC_LAYOUT", "packed")
+    gpu = KernelPolicy(_props(integer_dot_product=True))
+    for n_rows, n_cols in ((14336, 4096), (4096, 14336)):
+        k = gpu.qmatvec(DType.Q4_K, n_cols, n_rows)
+        assert not k.packed and k.spv.startswith("qmatvec_fast.q4_k."), f"{n_rows} x {n_cols}: expected GGUF's, got {k}"
+        assert gpu.qmatvec(DType.Q6_K, n_cols, n_rows).packed, "the timed formats are still repacked"
+    gpu.configure_qmatvec(layout="packed")
+    k = gpu.qmatvec(DType.Q4_K, 4096, 14336)
+    assert k.packed and k.spv == "qmatvec_packed.q4_k.xwg.sg.spv", k
+    assert k.packed_bytes == KernelPolicy.qmatvec_packed_bytes(DType.Q4_K, 14336, 4096), k
+    assert k.spec[2] == 4096 // 32, "the x blocks of 32 the workgroup holds, as for the other formats"
+
+
+def _q4_k_weights(n_rows: int, n_cols: int, seed: int) -> np.ndarray:
+    """Weights whose sub-blocks each have a range of their own: Q4_K scales from 0 to 63 and mins
+    from 1 to 63 that differ between neighbouring sub-blocks (the pairs one unit of the kernel
+    takes), and sub-blocks 4..7 with scales of 16 and more (their 6-bit fields' top bits)."""
+    rng = np.random.default_rng(seed)
+    off = np.array([0.1, 1.0, 0.5, 2.0, 0.05, 1.5, 0.8, 0.3])
+    span = np.array([0.5, 3.0, 1.0, 0.2, 2.5, 0.7, 1.8, 0.05])
+    f = rng.uniform(0.5, 2.0, (n_rows, n_cols // 256, 8, 1))
+    u = rng.uniform(0, 1, (n_rows, n_cols // 256, 8, 32))
+    return ((u * span[:, None] - off[:, None]) * f).reshape(n_rows, n_cols).astype(np.float32)
+
+
+def _q4_k_fields(data: bytes):
+    """GGUF Q4_K blocks -> d, dmin (float64, (n, 1)), sc, m ((n, 8)), q ((n, 8, 32) nibbles)."""
+    b = np.frombuffer(data, np.uint8).reshape(-1, 144)
+    d = b[:, 0:2].copy().view(np.float16).astype(np.float64)
+    dmin = b[:, 2:4].copy().view(np.float16).astype(np.float64)
+    sc, m = _unpack_scales_k(b[:, 4:16])
+    qs = b[:, 16:].reshape(-1, 4, 32)
+    q = np.stack([qs & 0x0F, qs >> 4], axis=2).reshape(-1, 8, 32)  # sub-block 2g: low nibbles of group g
+    return d, dmin, sc.astype(np.float64), m.astype(np.float64), q.astype(np.float64)
+
+
+def _q4_k_packed_layout(data: bytes) -> np.ndarray:
+    """The words shaders/qmatvec_pack.comp should write for these GGUF Q4_K blocks."""
+    b = np.frombuffer(data, np.uint8).reshape(-1, 144)
+    n = len(b)
+    _, _, sc, m, _ = _q4_k_fields(data)
+    quants = b[:, 16:].copy().view(np.uint32).ravel()
+    # word u of block i: sc[2u], sc[2u + 1], m[2u], m[2u + 1] as bytes
+    unit = np.stack([sc[:, 0::2], sc[:, 1::2], m[:, 0::2], m[:, 1::2]], axis=2).astype(np.uint8)
+    scales = unit.reshape(n, 16).copy().view(np.uint32).ravel()
+    d_dmin = b[:, 0:4].copy().view(np.uint32).ravel()
+    return np.concatenate([quants, scales, d_dmin])
+
+
+@needs_device
+def test_q4_k_repack_unpacks_the_6_bit_scales_and_mins_to_bytes():
+    from kbench.shaders import load_spirv
+
+    n_blocks = 7  # an odd count: the last invocation has one block, the d/dmin words end mid-uvec4
+    data = quantize(_q4_k_weights(n_blocks, 256, seed=30), DType.Q4_K)
+    _, _, sc, m, _ = _q4_k_fields(data)
+    assert sc[:, 4:].max() >= 16 and m[:, 4:].max() >= 16, "the top bits of sub-blocks 4..7 are exercised"
+    words = KernelPolicy.qmatvec_packed_bytes(DType.Q4_K, n_blocks, 256) // 4
+    with kp.Manager() as mgr:
+        src = mgr.tensor_t(np.frombuffer(data, np.uint32).copy())
+        dst = mgr.tensor_t(np.full(words, 0xDEADBEEF, np.uint32))
+        wg = 2  # 4 pairs of blocks: two workgroups
+        algo = mgr.algorithm([src, dst], load_spirv("qmatvec_pack.q4_k.spv"), (2, 1, 1), np.array([wg], np.uint32),
+                             np.array([n_blocks], np.uint32))
+        mgr.sequence().record(kp.OpTensorSyncDevice([src, dst])).record(kp.OpAlgoDispatch(algo)) \
+            .record(kp.OpTensorSyncLocal([dst])).eval()
+        got = dst.data().copy()
+    want = _q4_k_packed_layout(data)
+    assert len(want) == words, f"the expected layout has {len(want)} words, qmatvec_packed_bytes says {words}"
+    bad = np.flatnonzero(got != want)
+    parts = {"quants": 8 * 4 * n_blocks, "scales/mins": 4 * n_blocks + 8 * 4 * n_blocks}
+    where = [next((name for name, end in parts.items() if i < end), "d/dmin") for i in bad[:5]]
+    assert bad.size == 0, (f"{bad.size} words differ, first at {bad[:5].tolist()} ({where}): "
+                           f"expected {[hex(w) for w in want[bad[:5]]]}, got {[hex(w) for w in got[bad[:5]]]}")
+
+
+def _x_bound(W: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Per-row bound of the packed kernels' error: x's 16-bit quantization (|x - q s| <= s / 2, s
+    = max|x| / 32639 per block of 32) through |W|, plus fp32 rounding."""
+    s = np.repeat(np.abs(x).reshape(-1, 32).max(1) / 32639, 32)
+    return 0.5 * (np.abs(W) @ s) * 1.001 + 1e-6 * (np.abs(W) @ np.abs(x))
+
+
+@needs_device
+@pytest.mark.parametrize("knobs", [{}, {"xq": "dispatch", "reduce": "tree", "lanes": 4, "rows": 2}],
+                         ids=["xwg-auto", "dispatch-tree-l4r2"])
+def test_q4_k_product_counts_every_sub_block_scale_and_min(knobs):
+    from kbench.backend import VulkanBackend
+
+    n_rows, n_cols = 6, 512
+    data = quantize(_q4_k_weights(n_rows, n_cols, seed=31), DType.Q4_K)
+    # x >= 0: every sub-block's sum of x is large, so its min term dmin * m * sum(x) is too
+    x = np.random.default_rng(32).uniform(0, 1, n_cols).astype(np.float32)
+    x64 = x.astype(np.float64)
+    d, dmin, sc, m, q = _q4_k_fields(data)
+
+    def product(sc, m):
+        W = (d[:, :, None] * sc[:, :, None] * q - (dmin * m)[:, :, None]).reshape(n_rows, n_cols)
+        return W, W @ x64
+
+    W, ref = product(sc, m)
+    np.testing.assert_allclose(W, dequantize(data, DType.Q4_K, (n_rows, n_cols)), rtol=1e-6, atol=1e-6,
+                               err_msg="the test's own decoding of Q4_K")
+    bound = _x_bound(W, x64)
+    pair = np.arange(8) ^ 1  # sub-blocks 2u <-> 2u + 1: the two halves of one unit
+    wrong = {"no min term": product(sc, 0 * m)[1], "the pair's scales swapped": product(sc[:, pair], m)[1],
+             "the pair's mins swapped": product(sc, m[:, pair])[1], "both halves with sub-block 2u's scale":
+             product(sc[:, np.arange(8) & ~1], m)[1]}
+    for name, y in wrong.items():  # the bound is tight enough to tell each of these from the product
+        assert np.any(np.abs(y - ref) > 100 * bound), f"{name}: within 100x the bound of the right product"
+    with VulkanBackend(qmatvec={"layout": "packed", **knobs}) as be:
+        kernel = be._policy.qmatvec(DType.Q4_K, n_cols, n_rows)
+        assert kernel.packed and ".q4_k." in kernel.spv, kernel
+        hw, hx, hy = be.allocate(len(data)), be.allocate(4 * n_cols), be.allocate(4 * n_rows)
+        be.copy_to_device(data, hw)
+        be.copy_to_device(x.tobytes(), hx)
+        be.quantized_matmul(hw, hx, hy, n_rows, n_cols, DType.Q4_K)
+        got = np.empty(n_rows, np.float32)
+        be.copy_from_device(hy, got)
+    err = np.abs(got.astype(np.float64) - ref)
+    worst = int(np.argmax(err / bound))
+    assert np.all(err <= bound), (f"{kernel.spv}: row {worst} off by {err[worst]:.3e} (bound {bound[worst]:.3e}), "
+                                  f"expected {ref[worst]:.6f}, got {got[worst]:.6f}")

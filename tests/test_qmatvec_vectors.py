@@ -93,8 +93,8 @@ def test_each_vector_of_a_batch_matches_float64(backends, cfg, dtype):
             continue
         raw, x, ref = _problem(dtype, n_rows, n_cols, n_vecs, seed=n_rows * 7 + int(dtype))
         kernel = be._policy.qmatvec(dtype, n_cols, n_rows, n_vecs)
-        if "packed" in cfg and dtype != DType.Q4_K:
-            assert kernel.vectors == n_vecs, f"the packed kernel takes all {n_vecs} vectors at once, got {kernel}"
+        if "packed" in cfg:  # every format here has a packed kernel (Q4_K's: units of 64 weights)
+            assert kernel.packed and kernel.vectors == n_vecs, f"the packed kernel takes all {n_vecs} vectors at once, got {kernel}"
         _check(_run(be, dtype, raw, x, n_rows, n_cols, n_vecs), ref, f"{cfg} {dtype.name} {n_rows}x{n_cols}x{n_vecs}")
 
 

@@ -59,7 +59,12 @@ _K_FORMATS = frozenset({DType.Q4_K, DType.Q5_K, DType.Q6_K})
 QMATVEC_FAST_UNIT: Mapping[DType, int] = {DType.Q4_0: 8, DType.Q8_0: 8, DType.Q4_K: 32, DType.Q6_K: 32}
 QMATVEC_FAST_DTYPES = frozenset(QMATVEC_FAST_UNIT)
 #: formats with a repacked-weights kernel (qmatvec_packed.comp; the qmatvec knob layout="packed")
-QMATVEC_PACKED_DTYPES = frozenset({DType.Q4_0, DType.Q8_0, DType.Q6_K})
+QMATVEC_PACKED_DTYPES = frozenset({DType.Q4_0, DType.Q8_0, DType.Q6_K, DType.Q4_K})
+#: the formats the automatic layout choice (no ``layout`` knob) repacks: those whose packed kernel
+#: was timed faster than the GGUF kernels on the H200 (docs/kernel-choices.md).  Q4_K's packed
+#: kernel (units of 64 weights, its own repacked layout) has not been timed on a GPU yet, so the
+#: automatic choice keeps GGUF's kernel for it until it is
+QMATVEC_PACKED_AUTO_DTYPES = frozenset({DType.Q4_0, DType.Q8_0, DType.Q6_K})
 
 
 def qmatvec_unit(dtype: DType) -> int:
@@ -1068,7 +1073,7 @@ class KernelPolicy:
 
     # -- packed weights (shaders/qmatvec_pack.comp, qmatvec_packed.comp) ---------------------------
     #: the automatic choice of weight layout where no ``layout`` knob is set: "gguf" (the GGUF
-    #: kernels read the weights as they are) or "packed" (QMATVEC_PACKED_DTYPES on GPUs with
+    #: kernels read the weights as they are) or "packed" (QMATVEC_PACKED_AUTO_DTYPES on GPUs with
     #: integer dot products and subgroups, from QMATVEC_DOT_MIN_ELEMS weights, with the knob-free
     #: kernel choices): "packed", faster than the GGUF kernels for every format and shape timed
     #: on the H200 (docs/kernel-choices.md), at the price of a repacked copy of each weight buffer
@@ -1080,8 +1085,8 @@ class KernelPolicy:
         if "layout" in cfg:
             return cfg["layout"]
         plain = not ({"kernel", "staged", "dot", "xq", "teams"} & set(cfg))  # the other knobs pick GGUF kernels
-        if (self.QMATVEC_LAYOUT == "packed" and plain and self.qmatvec_fast_ok(dtype) and self.has_int_dot
-                and n_rows * n_cols >= self.QMATVEC_DOT_MIN_ELEMS):
+        if (self.QMATVEC_LAYOUT == "packed" and plain and dtype in QMATVEC_PACKED_AUTO_DTYPES
+                and self.qmatvec_fast_ok(dtype) and self.has_int_dot and n_rows * n_cols >= self.QMATVEC_DOT_MIN_ELEMS):
             return "packed"
         return "gguf"
 
@@ -1102,7 +1107,7 @@ class KernelPolicy:
     def _qmatvec_packed(self, dtype: DType, n_cols: int, n_rows: int, nx: int = 1) -> QMatvecKernel:
         cfg = self.qmatvec_config
         auto = self.QMATVEC_PACKED_SHAPE
-        blocks = n_cols // 32  # units of 32 weights, one x scale each
+        blocks = n_cols // 32  # x's blocks of 32, one scale each (the packed kernels' units; Q4_K's are 2 of them)
         limit = _pow2_floor(min(self.max_invocations, self.max_size[0]))
         lanes = min(int(cfg.get("lanes") or auto["lanes"]), limit)
         # variant sg sums a team's lanes with subgroup shuffles
@@ -1169,13 +1174,19 @@ class KernelPolicy:
 
     def qmatvec_pack(self, dtype: DType) -> Kernel:
         """The kernel that repacks GGUF ``dtype`` weights for qmatvec_packed (one invocation per
-        pair of blocks)."""
+        pair of blocks, K formats' blocks of 256 included)."""
         return Kernel(f"qmatvec_pack.{QMATVEC_DTYPES[dtype]}.spv", (self.wg,), PUSH_QMATVEC_PACK)
 
     @staticmethod
     def qmatvec_packed_bytes(dtype: DType, n_rows: int, n_cols: int) -> int:
-        """Bytes of repacked weights: the GGUF quants 16-byte aligned, then the fp16 scales."""
+        """Bytes of repacked weights: the GGUF quants 16-byte aligned, then the fp16 scales (a
+        word per pair of blocks); Q4_K: 128 quant bytes, 16 bytes of 6-bit scales and mins
+        unpacked to bytes and a d / dmin word per block (shaders/qmatvec_pack.comp)."""
+        if dtype not in QMATVEC_PACKED_DTYPES:
+            raise ValueError(f"quantized_matmul: {dtype.name} has no packed layout")
         blocks = n_rows * (n_cols // dtype.block_elems)
+        if dtype == DType.Q4_K:
+            return blocks * (128 + 16 + 4)
         return blocks * (dtype.block_bytes - 2) + 4 * _ceil_div(blocks, 2)
 
     @staticmethod

@@ -23,12 +23,13 @@ staged through shared memory, CHUNK blocks per row at a time, or the largest chu
 at most TILE KiB; default: the policy's chunk).  raw:<spec> (Q4_0) is the load-only twin of a
 fast/staged spec, raw:stream:LANES:ROWS[:TEAMS] reads the same rows with 16-byte loads and
 nothing else: the read floor of that grid.  packed[:LANES:ROWS[:TEAMS[:UNROLL[:PER_CU]]]][:subgroup|tree][:noprefetch]
-(Q4_0, Q8_0, Q6_K) is the backend's layout="packed": weights repacked on first use (untimed), x
-quantized by a first dispatch, integer dots on 16-byte loads, TEAMS row teams of LANES lanes per
-workgroup loading UNROLL units of each of their ROWS rows ahead, PER_CU workgroups per compute unit
-taking several row groups each (0: one per row group) (default: the policy's), noprefetch: a
-workgroup's first loads wait until x is quantized; packedw: the same
-with x quantized by every workgroup into shared memory instead (xq="workgroup").
+(Q4_0, Q8_0, Q6_K, Q4_K: QMATVEC_PACKED_DTYPES) is the backend's layout="packed": weights repacked
+on first use (untimed), x quantized by a first dispatch, integer dots on 16-byte loads, TEAMS row
+teams of LANES lanes per workgroup loading UNROLL units of each of their ROWS rows ahead, PER_CU
+workgroups per compute unit taking several row groups each (0: one per row group) (default: the
+policy's), noprefetch: a workgroup's first loads wait until x is quantized; packedw: the same
+with x quantized by every workgroup into shared memory instead (xq="workgroup").  Q4_K's packed
+kernel is a choice of these variants only (the automatic choice keeps GGUF's until it is timed).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def parse_variant(spec: str) -> dict:
     if spec.startswith("raw:"):  # Q4_0 only: the same loads as fast:/staged: without decoding
         return dict(parse_variant(spec[4:]), raw="loads")
     parts = spec.split(":")
-    if parts[0] in ("packed", "packedw", "packedw8"):  # Q4_0 / Q8_0 / Q6_K on repacked weights (layout="packed")
+    if parts[0] in ("packed", "packedw", "packedw8"):  # QMATVEC_PACKED_DTYPES on repacked weights (layout="packed")
         prefetch = parts.pop() != "noprefetch" if parts[-1] == "noprefetch" else None
         reduce = parts.pop() if parts[-1] in ("subgroup", "tree") else None
         if len(parts) not in (1, 3, 4, 5, 6):
