@@ -237,14 +237,18 @@ def test_backend_rejects_a_bad_tile_before_opening_work():
 def test_coop_policy_on_a_capable_gpu():
     pol = KernelPolicy(_props())
     assert pol.matmul_f16_unsupported() == ""
-    assert pol.matmul_f16_tile == (2, 4, 4, 2, 32) and pol.matmul_f16_stages == 2
+    # 128x256 blocks of 8 subgroups of 64x64: two stages would need 54 KiB, so one
+    assert pol.matmul_f16_tile == (2, 4, 4, 4, 32) and pol.matmul_f16_stages == 1
     k = pol.matmul_f16(True)
-    assert k.spv == "matmul_coop.khr.spv" and k.spec == (256, 2, 4, 4, 2, 32, 1, 2, 8)
-    assert pol.matmul_f16_grid(4096, 8192) == (64, 32, 1)
+    assert k.spv == "matmul_coop.khr.spv" and k.spec == (256, 2, 4, 4, 4, 32, 1, 1, 8)
+    assert pol.matmul_f16_grid(4096, 8192) == (32, 32, 1)
     assert pol.matmul_f16_vec(4096, 4096) and not pol.matmul_f16_vec(4100, 4096)
-    big = KernelPolicy(_props(), matmul_f16_tile=(2, 4, 4, 4, 32, 4))
-    assert big.matmul_f16_stages == 1 and big.matmul_f16(False).spec[-3:] == (0, 1, 4)
-    assert big.matmul_f16_grid(100, 300) == (2, 1, 1)
+    mid = KernelPolicy(_props(), matmul_f16_tile=(2, 4, 4, 2, 32, 4))
+    assert mid.matmul_f16_stages == 2 and mid.matmul_f16(False).spec[-3:] == (0, 2, 4)
+    assert mid.matmul_f16_grid(100, 300) == (3, 1, 1)
+    # a device with 24 KiB of shared memory: the 128x256 tile (27 KiB) does not fit, the 128x128 one does
+    small = KernelPolicy(_props(max_shared_memory=24576))
+    assert small.matmul_f16_tile == (2, 4, 4, 2, 32), small.matmul_f16_tile
 
 
 @pytest.mark.parametrize("over,match", [

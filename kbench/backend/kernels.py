@@ -332,7 +332,7 @@ class KernelPolicy:
     MATMUL_TINY_TILE = (32, 32, 8, 4, 4)
     MATMUL_GPU_GROUP_M = 8
     MATMUL_GPU_WARP_N = 4
-    MATMUL_GPU_SPLIT = False
+    MATMUL_GPU_SPLIT = True
 
     def _pick_matmul_tile(self, tile) -> tuple[int, ...]:
         if tile is None:
@@ -441,7 +441,8 @@ class KernelPolicy:
     # fp16 x fp16 -> fp32 on cooperative matrices (shaders/matmul_coop.comp):
     # matmul_f16_tile = (WG_M, WG_N, SG_M, SG_N, BK[, GROUP_M]): WG_M x WG_N subgroups per
     # workgroup, each with SG_M x SG_N 16x16 accumulators, BK-deep slices (a multiple of 16).
-    MATMUL_F16_TILE = (2, 4, 4, 2, 32)      # 128x128 blocks, 8 subgroups, 64x32 per subgroup
+    MATMUL_F16_TILE = (2, 4, 4, 4, 32)      # 128x256 blocks, 8 subgroups of 64x64 (one stage fits)
+    MATMUL_F16_MID_TILE = (2, 4, 4, 2, 32)  # 128x128, 8 subgroups of 64x32: where the first does not fit
     MATMUL_F16_SMALL_TILE = (2, 2, 2, 2, 32)
     MATMUL_F16_GROUP_M = 8
     #: the cooperative-matrix configuration matmul_coop.comp uses (VkCooperativeMatrixPropertiesKHR)
@@ -487,15 +488,15 @@ class KernelPolicy:
     # one BM x BN accumulator per workgroup of THREADS invocations, BK-deep slices loaded through
     # tensor layouts, the slice loop unrolled UNROLL times.  The default is the first of MATMUL_CM2_TILES the device's
     # flexible-dimension list admits (granularities and workgroup size).
-    # fastest first as measured on the H200 (docs/kernel-choices.md), then smaller fallbacks for
+    # fastest first as measured on the H100 and H200 (docs/kernel-choices.md), then smaller fallbacks for
     # devices that list other workgroup sizes or granularities
     MATMUL_CM2_TILES = ((128, 256, 32, 256), (128, 128, 32, 128), (128, 256, 64, 256), (128, 128, 64, 256),
                         (256, 128, 64, 256), (64, 64, 32, 128), (64, 64, 16, 64), (32, 32, 16, 32))
     MATMUL_CM2_GROUP_M = 8
-    MATMUL_CM2_UNROLL = 1
-    #: the order in which matmul_f16_path takes the paths a device has: the KHR kernel first, as
-    #: it measured faster on the one device with both (docs/kernel-choices.md)
-    MATMUL_F16_PATHS = ("khr", "coopmat2")
+    MATMUL_CM2_UNROLL = 16
+    #: the order in which matmul_f16_path takes the paths a device has: coopmat2 first, with its
+    #: slice loop unrolled 16 times it is the faster on the one device with both (docs/kernel-choices.md)
+    MATMUL_F16_PATHS = ("coopmat2", "khr")
     _CM2_FEATURES = (("cooperative_matrix", "VK_KHR_cooperative_matrix cooperativeMatrix"),
                      ("cooperative_matrix2_workgroup_scope", "VK_NV_cooperative_matrix2 cooperativeMatrixWorkgroupScope"),
                      ("cooperative_matrix2_flexible_dimensions",
@@ -615,7 +616,7 @@ class KernelPolicy:
 
     def _pick_matmul_f16_tile(self, tile) -> tuple[int, ...] | None:
         if tile is None:
-            tile = next((t for t in (self.MATMUL_F16_TILE, self.MATMUL_F16_SMALL_TILE)
+            tile = next((t for t in (self.MATMUL_F16_TILE, self.MATMUL_F16_MID_TILE, self.MATMUL_F16_SMALL_TILE)
                          if not self._matmul_f16_tile_problem(t)), None)
             if tile is None:
                 self.matmul_f16_group_m, self.matmul_f16_stages = 1, 1
