@@ -494,3 +494,19 @@ def test_q4_k_product_counts_every_sub_block_scale_and_min(knobs):
     worst = int(np.argmax(err / bound))
     assert np.all(err <= bound), (f"{kernel.spv}: row {worst} off by {err[worst]:.3e} (bound {bound[worst]:.3e}), "
                                   f"expected {ref[worst]:.6f}, got {got[worst]:.6f}")
+
+
+def test_vectors_whose_x_and_sums_crowd_shared_memory_take_the_dispatch_not_fewer_rows():
+    pol = KernelPolicy(_props(integer_dot_product=True))
+    k = pol.qmatvec(DType.Q4_0, 4096, 14336, 4)  # 4 x 9.5 KiB of x beside 32 KiB of sums
+    assert ".xwg" not in k.spv and k.uses_xq and k.spec[1] == 4, f"x from a first dispatch, 4 rows a team: {k}"
+    one = pol.qmatvec(DType.Q4_0, 4096, 14336, 1)
+    assert ".xwg." in one.spv and one.spec[1] == 4, f"one vector keeps x in shared memory: {one}"
+
+
+def test_eight_bit_x_refuses_what_would_shrink_its_workgroups():
+    pol = KernelPolicy(_props(integer_dot_product=True))
+    pol.configure_qmatvec(layout="packed", x_bits=8)
+    assert ".xwg8." in pol.qmatvec(DType.Q4_0, 4096, 14336, 4).spv, "4 vectors fit with fewer rows a team"
+    with pytest.raises(ValueError, match=r"x_bits=8 holds x in shared memory: 8 vector\(s\) of 4096 columns"):
+        pol.qmatvec(DType.Q4_0, 4096, 14336, 8)
