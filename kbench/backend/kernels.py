@@ -1142,16 +1142,15 @@ class KernelPolicy:
 
         if xq == "workgroup" and "xq" not in cfg and x_bits == 16 and shared_bytes(rows, xq) > self.max_shared:
             # x (of several vectors, or long) and the partial sums do not fit beside each other: a first
-            # dispatch quantizes x, rather than fewer rows per team (4 vectors at 14336 x 4096 on the
-            # H100: 78.6 us with x in shared memory and 1 row per team, 40.4 us with the dispatch at
-            # 4096 x 14336; docs/kernel-choices.md)
+            # dispatch quantizes x, rather than fewer rows per team (about 2x faster at 4 vectors,
+            # docs/kernel-choices.md)
             xq = "dispatch"
         while rows > 1 and shared_bytes(rows, xq) > self.max_shared:
             rows //= 2
         min_teams = _ceil_div(self.subgroup_size, lanes) if subgroup else 1
         if x_bits == 8 and shared_bytes(rows, xq) > self.max_shared:
-            # 8-bit x has no first-dispatch variant, and fewer teams per workgroup were 5-10x slower
-            # (8 vectors on the H100: 410 us against 76 us for 16-bit x from a dispatch)
+            # 8-bit x has no first-dispatch variant, and fewer teams per workgroup were 5x slower than
+            # 16-bit x from a dispatch (docs/kernel-choices.md)
             raise ValueError(f"quantized_matmul: x_bits=8 holds x in shared memory: {nx} vector(s) of {n_cols} "
                              f"columns and the partial sums need {shared_bytes(rows, xq)} bytes, the device has "
                              f"{self.max_shared}; use fewer vectors per call or x_bits=16")
