@@ -454,7 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "weight type at model shapes) that the default set leaves out")
 
     p = sub.add_parser("peaks", help="measure each device's peaks: copy bandwidth, FMA, matrix and int8-dot "
-                                     "rates, dispatch latency, transfers (the denominators of % of peak)")
+                                     "rates, dispatch latency, transfers (the denominators of %% of peak)")
     p.add_argument("--device", "-d", metavar="SPEC", help="only the devices SPEC names (see validate --help)")
     p.add_argument("--out", "-o", default=USER_RUNS, metavar="DIR", help=f"directory for the run (default {USER_RUNS}/)")
     p.add_argument("--timeout", type=positive_float, default=300.0, metavar="SECONDS", help="time limit per peak")

@@ -40,3 +40,22 @@ def test_a_closed_pipe_ends_the_listing_quietly():
     proc = subprocess.run(f"'{sys.executable}' -m kbench cases --mode validate | true", shell=True,
                           capture_output=True, text=True, cwd=root, timeout=120)
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+
+
+def _subcommands() -> list[str]:
+    import argparse
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return sorted(sub.choices)
+
+
+@pytest.mark.parametrize("argv", [[]] + [[c] for c in _subcommands()], ids=lambda a: " ".join(a) or "kbench")
+def test_help_prints_for_kbench_and_every_command(argv, capsys):
+    # argparse %-formats help strings: a bare '%' in one crashes --help with a TypeError
+    try:
+        code = main([*argv, "--help"])      # report, compare and probe hand --help to their own parsers
+    except SystemExit as stop:
+        code = stop.code
+    out = capsys.readouterr().out
+    assert code in (0, None), f"kbench {' '.join(argv)} --help exited {code}:\n{out}"
+    assert "usage:" in out.lower(), f"kbench {' '.join(argv)} --help printed no usage:\n{out}"
