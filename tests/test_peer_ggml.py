@@ -17,8 +17,8 @@ from kbench.cases import get_case
 DATA = Path(__file__).parent / "data"
 
 
-def _inst(case: str, mode: str = "bench", **match):
-    for i in get_case(case).instances(mode):
+def _inst(case: str, mode: str = "bench", sizes: str = "default", **match):
+    for i in get_case(case).instances(mode, sizes):
         if all(i.params.get(k) == v for k, v in match.items()):
             return i
     raise AssertionError(f"no {case} instance with {match}")
@@ -46,7 +46,7 @@ def test_sql_reader_skips_other_lines_and_unescapes_quotes():
 
 
 def test_test_file_lines_describe_kbench_shapes_in_ggml_terms():
-    qmm = _inst("quantized_matmul", n_rows=4096, n_cols=14336, dtype="Q4_K")
+    qmm = _inst("quantized_matmul", sizes="full", n_rows=4096, n_cols=14336, dtype="Q4_K", rotate_mib=0)
     words = gg.test_line(qmm.case.name, qmm.params, qmm.case_id).split()
     # op, output type, output ne (m, n), no op params, two sources, then the name
     assert words[:7] == ["29", "0", "4096", "1", "1", "1", "0"]
@@ -58,6 +58,18 @@ def test_test_file_lines_describe_kbench_shapes_in_ggml_terms():
     assert gg.test_line("rope", {"head_dim": 128}, "rope[x]") is None
     assert gg.test_line("quantized_matmul", {"n_rows": 1, "n_cols": 32, "dtype": "IQ2_XS"}, "q") is None
     assert gg.ggml_bytes("rms_norm", {"size": 10}, 120) == 80, "ggml's RMS_NORM has no weight to read"
+
+
+def test_ggml_rows_go_to_the_instances_that_re_read_one_matrix_as_ggml_does():
+    # ggml's perf mode repeats one weight matrix, which a 50 MB L2 may hold: no row for kbench's rotated instances
+    cold = _inst("quantized_matmul", n_rows=14336, n_cols=4096, dtype="Q4_0", rotate_mib=256)
+    assert gg.test_line(cold.case.name, cold.params, cold.case_id) is None, cold.case_id
+    hot = _inst("quantized_matmul", sizes="full", n_rows=14336, n_cols=4096, dtype="Q4_0", rotate_mib=0)
+    assert gg.test_line(hot.case.name, hot.params, hot.case_id).split()[-1] == hot.case_id
+    default = {i.case_id for i in get_case("quantized_matmul").instances("bench")}
+    assert hot.case_id not in default, "the re-read instances are for --full (the ggml comparison), not the main job"
+    small = _inst("quantized_matmul", n_rows=1024, n_cols=4096, dtype="Q4_0")
+    assert gg.test_line(small.case.name, small.params, small.case_id) is not None
 
 
 def test_matrix_products_map_to_mul_mat_with_their_first_operand_type():

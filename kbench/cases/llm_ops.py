@@ -284,11 +284,14 @@ QUANTIZED_MATMUL = Case(
     collect=read_back("y"), teardown=teardown,
     validate_sizes=tuple({"n_rows": r, "n_cols": c} for r, c in ((1, 256), (3, 512), (17, 768), (64, 1024))),
     # 1024 x 4096: a small model's projection (keeps CPU-driver benches quick); then Llama-3-8B's FFN shapes
-    # (the model shapes rotate through >= 256 MiB of weight copies: cold L2, as in a model's layers)
+    # (the model shapes rotate through >= 256 MiB of weight copies: cold L2, as in a model's layers); with
+    # --full also the same shapes re-reading one matrix (rotate_mib=0), the way ggml's perf mode times them,
+    # so that the ggml peer has a like-for-like row (a 33 MB matrix may stay in a 50 MB L2)
     bench_sizes=({"n_rows": 1024, "n_cols": 4096}, {"n_rows": 4096, "n_cols": 14336, "rotate_mib": 256},
-                 {"n_rows": 14336, "n_cols": 4096, "rotate_mib": 256}),
+                 {"n_rows": 14336, "n_cols": 4096, "rotate_mib": 256},
+                 {"n_rows": 4096, "n_cols": 14336, "rotate_mib": 0}, {"n_rows": 14336, "n_cols": 4096, "rotate_mib": 0}),
     axes={"dtype": QMATMUL_DTYPES},
-    full_only=lambda p: "rotate_mib" in p and p["dtype"] not in QMATMUL_MAIN_DTYPES,
+    full_only=lambda p: "rotate_mib" in p and (not p["rotate_mib"] or p["dtype"] not in QMATMUL_MAIN_DTYPES),
     quick={"n_rows": 14336, "n_cols": 4096, "dtype": QMATMUL_MAIN_DTYPES},
     ops=("quantized_matmul",), tolerance=MATMUL_TOL,
     buffers=_qmm_buffers, flops=lambda p: 2 * int(p["n_rows"]) * int(p["n_cols"]),
