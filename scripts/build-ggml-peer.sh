@@ -10,7 +10,7 @@
 # scripts/ggml-peer/include supplies those three types. Bookworm's glslc (2023.2) lacks
 # GL_KHR_cooperative_matrix, GL_NV_cooperative_matrix2 and GL_EXT_integer_dot_product, so the
 # binary uses ggml's shaders without them (the configure step prints which). Two cores: about
-# an hour, most of it compiling ggml's shader variants. The binary is static (no ggml .so files)
+# 10 to 60 minutes, most of it compiling ggml's shader variants. The binary is static (no ggml .so files)
 # and lands in third_party/ggml-bin/test-backend-ops; KBENCH_GGML_BIN or --ggml-bin point at it.
 #
 # The full-feature build (ggml's integer-dot, cooperative-matrix and coopmat2 shaders, the ones a
@@ -61,8 +61,12 @@ nice -n 10 cmake --build "$src/$build" --target test-backend-ops -j "$(nproc)"
 mkdir -p "$out"
 cp "$src/$build/bin/test-backend-ops" "$out/test-backend-ops"
 strip "$out/test-backend-ops"
-compiler="glslc $(glslc --version 2>/dev/null | head -1)"
-[ -n "${GLSLANG:-}" ] && compiler="glslangValidator $("$GLSLANG" --version | head -1 | awk '{print $NF}')"
+# sed reads to the end: `head -1` would close the pipe early and glslc's SIGPIPE would end the script (pipefail)
+if [ -n "${GLSLANG:-}" ]; then
+  compiler="glslangValidator $("$GLSLANG" --version | sed -n '1s/.*[ :]//p')"
+else
+  compiler="glslc $(glslc --version 2>/dev/null | sed -n 1p)"
+fi
 python3 - "$out/build.json" "$GGML_COMMIT" "$compiler" "$src/$build.configure.log" <<'PY'
 import json, re, sys
 path, commit, compiler, log = sys.argv[1:]
