@@ -339,7 +339,8 @@ def _report_catalogue() -> None:
     from kbench.cases import ALL_CASES, instances
     from kbench.report import catalogue
 
-    ids = {i.case_id for mode in ("validate", "bench") for i in instances(mode)}
+    # the full set: a `bench --full` run's sizes (256M ops, every weight type at model shapes) are declared too
+    ids = {i.case_id for mode in ("validate", "bench") for i in instances(mode, sizes="full")}
     peaks = {c.name: PEAK_OF_CASE[c.peak][0] for c in ALL_CASES if c.peak in PEAK_OF_CASE}
     catalogue.use(ids, peaks)
 
