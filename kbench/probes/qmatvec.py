@@ -15,7 +15,8 @@ CUDA events).
     kbench probe qmatvec --small         # quick run on lavapipe / any device
     kbench probe qmatvec --variants generic auto fast:32:4:4 fast:128:2:1:tree
 
-A variant spec is generic | auto | fast:LANES:ROWS[:TEAMS[:subgroup|tree]] (one pass over
+A variant spec is generic | auto (the backend's automatic choice, as the bench runs it) | gguf (the
+automatic choice among the kernels reading GGUF's layout as it is) | fast:LANES:ROWS[:TEAMS[:subgroup|tree]] (one pass over
 the row, narrow loads, exact fp32 decoding) | dot:LANES:ROWS[:TEAMS[:subgroup|tree]] (the same
 on x quantized to 16 bits by each lane, integer dot products; dotx: x quantized by a first
 dispatch) | staged:LANES:ROWS:TEAMS[:CHUNK|TILEk[:subgroup|tree]] (16-byte loads
@@ -51,14 +52,14 @@ SHAPES = [(14336, 4096), (4096, 14336)]
 SMALL_SHAPES = [(96, 512), (32, 1536)]
 L2_BYTES = 50 << 20
 DEFAULT_VARIANTS = (
-    ["auto", "fast:64:2:1", "fast:128:4:1", "dotx:64:4:1", "dotx:128:4:1", "dotx:256:4:1"]
+    ["auto", "gguf", "fast:64:2:1", "fast:128:4:1", "dotx:64:4:1", "dotx:128:4:1", "dotx:256:4:1"]
     + ["dot:32:4:4", "dot:32:8:4", "dot:64:4:1", "dot:64:8:1", "dot:128:4:1", "dot:128:8:1", "dot:128:16:1",
        "dot:256:4:1", "dot:256:8:1"]
     + ["raw:fast:128:4:1", "raw:stream:32:4:4", "raw:stream:256:2:1"]
     + ["packed", "packed:64:4", "packed:128:2", "packed:128:4", "packed:128:8", "packed:256:4", "packed:256:8",
        "packed:512:4", "packedw:128:8", "packedw:128:16", "packedw:256:16", "packedw:256:32"]
 )
-SMALL_VARIANTS = ["generic", "auto", "fast:8:2:4", "fast:32:4:4", "fast:16:1:2:tree", "dot:8:2:4", "dot:16:4:2:tree", "dotx:8:2:4",
+SMALL_VARIANTS = ["generic", "auto", "gguf", "fast:8:2:4", "fast:32:4:4", "fast:16:1:2:tree", "dot:8:2:4", "dot:16:4:2:tree", "dotx:8:2:4",
                   "staged:8:2:4", "staged:32:2:2:8", "staged:16:4:2:8:tree", "packed", "packed:8:3", "packed:16:2:tree",
                   "packedw:8:8"]
 
@@ -67,14 +68,18 @@ SMALL_VARIANTS = ["generic", "auto", "fast:8:2:4", "fast:32:4:4", "fast:16:1:2:t
 #: alone gives about 3e-5 for uniform x (qmatvec_packed.comp, variant xwg8)
 X8_NMSE_LIMIT = 1e-4
 
-VARIANT_SYNTAX = ("generic | auto | fast:LANES:ROWS[:TEAMS[:subgroup|tree]] | dot[x]:LANES:ROWS[:TEAMS[:subgroup|tree]] | "
+VARIANT_SYNTAX = ("generic | auto | gguf | fast:LANES:ROWS[:TEAMS[:subgroup|tree]] | dot[x]:LANES:ROWS[:TEAMS[:subgroup|tree]] | "
                   "staged:LANES:ROWS:TEAMS[:CHUNK|TILEk[:subgroup|tree]] | raw:<fast or staged spec> | raw:stream:LANES:ROWS[:TEAMS] | "
                   "packed[w|w8][:LANES:ROWS[:TEAMS[:UNROLL[:PER_CU]]]][:subgroup|tree][:noprefetch] "
                   "(w: x quantized in each workgroup; w8: to 8 bits)")
 
 
 def parse_variant(spec: str) -> dict:
-    if spec in ("generic", "auto"):
+    if spec == "auto":  # the backend's own choice, what the bench times (packed where QMATVEC_LAYOUT says)
+        return {}
+    if spec == "gguf":  # the automatic choice among the kernels that read GGUF's layout as it is
+        return {"layout": "gguf"}
+    if spec == "generic":
         return {"kernel": spec}
     if spec.startswith("raw:stream:"):  # Q4_0 only: 16-byte loads of the rows, nothing else
         return dict(parse_variant("fast:" + spec[len("raw:stream:"):]), raw="stream")
