@@ -9,6 +9,12 @@
 # foreign: third-party kernels (issue 18): Yule's declared shaders through validate and bench, and kbench's own
 #          kernels beside ggml's Vulkan backend (--peer ggml) on the same shapes; carry also
 #          ["third_party/yule", "third_party/ggml-bin"] (scripts/build-ggml-peer.sh; the binary may be xz'd).
+# round3: issue 20's ratios in one session: the read floor, the bench beside torch (quantized, fp32/fp16/bf16
+#         matmul, 64 MiB copy), batches of 4 and 8 vectors, then kbench beside ggml's full-feature build where
+#         both re-read one matrix; carry also ["third_party/ggml-carry"]: `xz -9` of the full-feature build's
+#         third_party/ggml-bin-full/test-backend-ops, its build.json, and lib/ with the build machine's
+#         libstdc++.so.6 and libgomp.so.1 (real files) for a device whose own are older.
+#         Then: python scripts/issue20_targets.py RUNS... --read-floor read_floor.log
 # Writes result runs and logs under $OUT (at most 8 files come back).
 set -u
 source .gl/device-env.sh
@@ -35,6 +41,29 @@ if [ "$what" = bench ]; then
   tail -14 "$out/probe_transfer.log"
   KBENCH_VALIDATION=0 timeout ${TESTS_S:-60} python3 -m pytest tests/test_runtime_transfer.py -q -p no:cacheprovider > "$out/tests.log" 2>&1
   tail -2 "$out/tests.log"
+elif [ "$what" = round3 ]; then
+  mkdir -p "$out/b"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+  timeout 60 python3 -m kbench.probes read_floor > "$out/read_floor.log" 2>&1
+  grep "^# floor" "$out/read_floor.log"
+  k=()
+  for d in Q4_0 Q8_0 Q4_K Q6_K; do k+=(-k "rotate_mib=256,dtype=$d]"); done
+  k+=(-k "matmul[m=4096" -k "matmul[m=8192" -k "matmul_f16[m=4096" -k "matmul_f16[m=8192" -k "matmul_bf16[m=4096" \
+      -k "copy_buffer[size=67108864]")
+  timeout ${BENCH_S:-200} python3 -m kbench bench --peer torch --quiet --out "$out/b" "${k[@]}" > "$out/bench.log" 2>&1
+  tail -8 "$out/bench.log"
+  timeout 60 python3 -m kbench.probes qmatvec --vecs 2 4 8 --x-bits 16 8 --dtypes Q4_0 --repeats 3 > "$out/probe_vecs.log" 2>&1
+  tail -16 "$out/probe_vecs.log"
+  bin=third_party/ggml-carry/test-backend-ops
+  [ -f "$bin" ] || { xz -dk "$bin.xz" && chmod +x "$bin"; }
+  "$bin" --list-ops > /dev/null 2>&1 || export LD_LIBRARY_PATH=$PWD/third_party/ggml-carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  g=()
+  for d in Q4_0 Q8_0 Q4_K Q6_K; do g+=(-k "rotate_mib=0,dtype=$d]"); done
+  g+=(-k "matmul_f16[m=4096" -k "matmul_f16[m=8192" -k "matmul_bf16[m=4096")
+  timeout ${GGML_S:-200} python3 -m kbench bench --full --peer ggml --ggml-bin "$bin" --quiet --out "$out/b" "${g[@]}" \
+    > "$out/ggml-bench.log" 2>&1
+  tail -8 "$out/ggml-bench.log"
+  tar czf "$out/runs.tgz" -C "$out" b && rm -rf "$out/b"
 elif [ "$what" = foreign ]; then
   mkdir -p "$out/f"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1
@@ -49,9 +78,10 @@ elif [ "$what" = foreign ]; then
   k=()
   for c in add element_mul; do k+=(-k "$c[size=16777216]" -k "$c[size=268435456]"); done
   for c in softmax rms_norm; do k+=(-k "$c[size=16777216,"); done
-  for d in Q4_0 Q8_0 Q4_K Q6_K F16; do k+=(-k "rotate_mib=256,dtype=$d]"); done
+  g=()  # ggml re-reads one matrix: its quantized rows go to the rotate_mib=0 instances (peer_ggml.py)
+  for d in Q4_0 Q8_0 Q4_K Q6_K F16; do k+=(-k "rotate_mib=256,dtype=$d]"); g+=(-k "rotate_mib=0,dtype=$d]"); done
   timeout ${BENCH_S:-260} python3 -m kbench bench --full --peer ggml --ggml-bin "$bin" --quiet --out "$out/f" "${k[@]}" \
-    > "$out/ggml-bench.log" 2>&1
+    "${g[@]}" > "$out/ggml-bench.log" 2>&1
   tail -6 "$out/ggml-bench.log"
   timeout ${YULE_S:-200} python3 -m kbench bench --full --kernels yule --source third_party/yule --quiet --timeout 60 \
     --out "$out/f" "${k[@]}" -k "silu_mul[size=16777216]" -k "attention[head_dim=128,seq_len=8192" \
