@@ -21,6 +21,14 @@ source .gl/device-env.sh
 export PYTHONUNBUFFERED=1
 out=${OUT:-out}; mkdir -p "$out"
 what=${1:-bench}
+# ggml's test-backend-ops from a carried folder DIR (the binary, maybe xz'd, and lib/): sets $bin; the binary was
+# built on Debian bookworm: where this machine's libstdc++/libgomp are older, the carried ones are used
+ggml_binary() {
+  bin=$1/test-backend-ops
+  [ -f "$bin.xz" ] && [ ! -f "$bin" ] && xz -dk "$bin.xz" && chmod +x "$bin"
+  "$bin" --list-ops > /dev/null 2>&1 || export LD_LIBRARY_PATH=$PWD/$1/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  "$bin" --list-ops > /dev/null 2>&1 || echo "ggml binary does not run here: $("$bin" --list-ops 2>&1 | tail -2)"
+}
 if [ "$what" = bench ]; then
   mkdir -p "$out/b"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
@@ -54,9 +62,7 @@ elif [ "$what" = round3 ]; then
   tail -8 "$out/bench.log"
   timeout 60 python3 -m kbench.probes qmatvec --vecs 2 4 8 --x-bits 16 8 --dtypes Q4_0 --repeats 3 > "$out/probe_vecs.log" 2>&1
   tail -16 "$out/probe_vecs.log"
-  bin=third_party/ggml-carry/test-backend-ops
-  [ -f "$bin" ] || { xz -dk "$bin.xz" && chmod +x "$bin"; }
-  "$bin" --list-ops > /dev/null 2>&1 || export LD_LIBRARY_PATH=$PWD/third_party/ggml-carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  ggml_binary third_party/ggml-carry
   g=()
   for d in Q4_0 Q8_0 Q4_K Q6_K; do g+=(-k "rotate_mib=0,dtype=$d]"); done
   g+=(-k "matmul_f16[m=4096" -k "matmul_f16[m=8192" -k "matmul_bf16[m=4096")
@@ -67,11 +73,7 @@ elif [ "$what" = round3 ]; then
 elif [ "$what" = foreign ]; then
   mkdir -p "$out/f"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1
-  bin=third_party/ggml-bin/test-backend-ops
-  [ -f "$bin.xz" ] && [ ! -f "$bin" ] && xz -dk "$bin.xz" && chmod +x "$bin"
-  # the binary was built on Debian bookworm: where this machine's libstdc++/libgomp are older, use the carried ones
-  "$bin" --list-ops > /dev/null 2>&1 || export LD_LIBRARY_PATH=$PWD/third_party/ggml-bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  "$bin" --list-ops > /dev/null 2>&1 || echo "ggml binary does not run here: $("$bin" --list-ops 2>&1 | tail -2)"
+  ggml_binary third_party/ggml-bin
   timeout ${VALIDATE_S:-120} python3 -m kbench validate --kernels yule --source third_party/yule -q single --quiet \
     --out "$out/f" > "$out/yule-validate.log" 2>&1
   tail -20 "$out/yule-validate.log"

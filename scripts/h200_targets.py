@@ -27,7 +27,10 @@ def load(path: str) -> tuple[dict, dict]:
 
 
 def spread(r: dict) -> str:
+    """'median us [min-max]' of the record's GPU time (host time where it has none; one sample: the median)."""
     g = r.get("gpu_ns") or r.get("host_ns") or {}
+    if g.get("n", 2) < 2:
+        return f"{g['median'] / 1e3:.1f} us"
     return f"{g['median'] / 1e3:.1f} us [{g['min'] / 1e3:.1f}-{g['max'] / 1e3:.1f}]"
 
 

@@ -15,6 +15,10 @@ import argparse
 import json
 import re
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from h200_targets import clock_note, spread  # noqa: E402 - the record formatting of issue 7's table
 
 SHAPES = ((14336, 4096), (4096, 14336))
 QDTYPES = ("Q4_0", "Q8_0", "Q4_K", "Q6_K")
@@ -53,21 +57,6 @@ def us(r: dict) -> float:
     return (r.get("gpu_ns") or r["host_ns"])["median"] / 1e3
 
 
-def spread(r: dict) -> str:
-    g = r.get("gpu_ns") or r["host_ns"]
-    if g.get("n", 1) < 2:
-        return f"{g['median'] / 1e3:.1f} us"
-    return f"{g['median'] / 1e3:.1f} us [{g['min'] / 1e3:.1f}-{g['max'] / 1e3:.1f}]"
-
-
-def clock(r: dict) -> str:
-    c = r.get("clocks")
-    if not isinstance(c, dict) or c.get("sm_mhz_max") is None:
-        return ""
-    lo, hi = c.get("sm_mhz_min", c["sm_mhz_max"]), c["sm_mhz_max"]
-    return f"SM {lo:.0f}" + ("" if lo == hi else f"-{hi:.0f}") + " MHz"
-
-
 def verdict(ratio: float, need: float) -> str:
     return f"{ratio:.2f}x ({'met' if ratio >= need else '**not met**'}, need {need}x)"
 
@@ -91,7 +80,7 @@ def quantized_rows(runs: dict, floor: dict[str, float]) -> list[str]:
                              if f_us else "floor not measured")
                 p = pt.get(cold)
                 cells.append(f"torch {spread(p)} ({us(p) / us(r):.2f}x)" if p else "")
-                cells.append(clock(r))
+                cells.append(clock_note(r))
             h, g = kb.get(hot), gg.get(hot)
             cells.append(f"kbench {spread(h)} / ggml {spread(g)}: {'met' if us(h) <= us(g) else '**not met**'} "
                          f"({us(g) / us(h):.2f}x)" if h and g else "not run")
@@ -115,7 +104,7 @@ def matmul_rows(runs: dict) -> list[str]:
             cells.append(f"torch {p['gflops'] / 1e3:.1f} TFLOP/s: " + verdict(r["gflops"] / p["gflops"], need) if p else "no torch record")
             g = gg.get(cid)
             cells.append(f"ggml {g['gflops'] / 1e3:.1f} TFLOP/s ({r['gflops'] / g['gflops']:.2f}x)" if g else "")
-            cells.append(clock(r))
+            cells.append(clock_note(r))
             rows.append("| " + " | ".join(cells) + " |")
     return rows
 
@@ -129,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     if not runs.get("kbench"):
         ap.error("no passing kbench bench records in the files given")
     print("| quantized_matmul (automatic kernel) | kbench, rotating 256 MiB of copies | against the read floor | "
-          "torch fp16 mv | clock | re-reading one matrix: kbench / ggml |")
+          "torch peer (fp32 mv of the dequantized weights) | clock | re-reading one matrix: kbench / ggml |")
     print("|---|---|---|---|---|---|")
     print("\n".join(quantized_rows(runs, floor)))
     print()
