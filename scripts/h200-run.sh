@@ -9,6 +9,8 @@
 # foreign: third-party kernels (issue 18): Yule's declared shaders through validate and bench, and kbench's own
 #          kernels beside ggml's Vulkan backend (--peer ggml) on the same shapes; carry also
 #          ["third_party/yule", "third_party/ggml-bin"] (scripts/build-ggml-peer.sh; the binary may be xz'd).
+# batches: the packed kernel's tests, batches of 1-8 vectors with x held per workgroup (chunks) against x from a
+#          first dispatch (16- and 8-bit x) beside torch's fp16 mm, and the bench's rotated quantized cases
 # round3: issue 20's ratios in one session: the read floor, the bench beside torch (quantized, fp32/fp16/bf16
 #         matmul, 64 MiB copy), batches of 4 and 8 vectors, then kbench beside ggml's full-feature build where
 #         both re-read one matrix; carry also ["third_party/ggml-carry"]: `xz -9` of the full-feature build's
@@ -69,6 +71,23 @@ elif [ "$what" = round3 ]; then
   timeout ${GGML_S:-200} python3 -m kbench bench --full --peer ggml --ggml-bin "$bin" --quiet --out "$out/b" "${g[@]}" \
     > "$out/ggml-bench.log" 2>&1
   tail -8 "$out/ggml-bench.log"
+  tar czf "$out/runs.tgz" -C "$out" b && rm -rf "$out/b"
+elif [ "$what" = batches ]; then
+  mkdir -p "$out/b"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+  KBENCH_VALIDATION=0 timeout ${TESTS_S:-150} python3 -m pytest tests/test_qmatvec_vectors.py tests/test_qmatvec_packed.py \
+    tests/test_qmatvec_kernels.py -k "packed or chunk or vector" -q -p no:cacheprovider > "$out/tests.log" 2>&1
+  tail -3 "$out/tests.log"
+  # batches of vectors: x held by each workgroup (in chunks where it does not fit whole) against x from a first
+  # dispatch, 16- and 8-bit x, beside torch's fp16 mm of the same batch
+  timeout ${PROBE_S:-240} python3 -m kbench.probes qmatvec --vecs 1 2 4 8 --x-bits 16 8 --x-from auto dispatch \
+    --dtypes ${DTYPES:-Q4_0 Q6_K} --repeats 3 > "$out/probe_vecs.log" 2>&1
+  cat "$out/probe_vecs.log"
+  k=()
+  for d in Q4_0 Q8_0 Q4_K Q6_K; do k+=(-k "rotate_mib=256,dtype=$d]"); done
+  timeout ${BENCH_S:-150} python3 -m kbench bench --quiet --out "$out/b" "${k[@]}" -k "copy_buffer[size=67108864]" \
+    > "$out/bench.log" 2>&1
+  tail -12 "$out/bench.log"
   tar czf "$out/runs.tgz" -C "$out" b && rm -rf "$out/b"
 elif [ "$what" = foreign ]; then
   mkdir -p "$out/f"

@@ -24,8 +24,9 @@
 // than a subgroup add their subgroups' sums in shared memory), or by a shared-memory tree
 // (variant tree, devices without subgroup arithmetic).
 
-// Variant xwg: no qmatvec_xq dispatch; every workgroup quantizes all of x the same way into
-// shared memory first (x read from L2 once per workgroup: worth it where a workgroup has many rows).
+// Variant xwg: no qmatvec_xq dispatch; every workgroup quantizes x the same way into shared
+// memory (x read from L2 once per workgroup: worth it where a workgroup has many rows): all of it
+// first where it fits, else chunk by chunk (BLOCKS), a barrier before and after each chunk.
 // Variant xwg8 (X8): as xwg, but x quantized to 8 bits per element (one signed byte, q = round(x *
 // 127 / max|x| of its block of 32), as ggml's q8_1 activations): one byte dot per weight word where
 // the 16-bit x takes two, at the price of x's quantization error (NMSE about 3e-5 against float64
@@ -74,6 +75,9 @@ layout(constant_id = 3) const uint LANES = 32;   // lanes per team (a power of t
 layout(constant_id = 4) const uint UNROLL = 2;   // units per row loaded before decoding
 layout(constant_id = 5) const bool PREFETCH = true;  // the first batch's loads before x is quantized
 layout(constant_id = 6) const uint NX = 1;       // vectors x (y = W x for each; x_v at v * n_cols, y_v at v * n_rows)
+// floats of the reduction's shared array: WG (variant tree: one per lane, reused per sum), ROWS *
+// NX * WG / subgroup (variant sg with teams wider than a subgroup), 1 (sg otherwise: unused)
+layout(constant_id = 7) const uint PART = 1;
 const uint TEAMS = gl_WorkGroupSize.x / LANES;
 
 // QV: uvec4 of quants per block, UNITS: units per block, NQ: uvec4 per unit, UX: x blocks per unit
@@ -89,9 +93,12 @@ const uint QV = 8u, UNITS = 4u, NQ = 2u, UX = 2u;  // Q4_K: the 32 quant bytes o
 
 layout(std430, binding = 0) readonly buffer Packed { uvec4 wq[]; };
 #if defined(XQ_WG)
-layout(constant_id = 2) const uint BLOCKS = 128;  // n_cols / 32 (the shared arrays' size, per vector)
+// x's blocks of 32 held in shared memory per vector: all n_cols / 32 of them where they fit beside
+// the other vectors', else a chunk (a multiple of UX): the workgroup then runs over x chunk by
+// chunk, quantizing each into shared memory before its teams take the chunk's units of their rows
+layout(constant_id = 2) const uint BLOCKS = 128;
 layout(std430, binding = 1) readonly buffer Input { vec4 x4[]; };
-// block b of vector v at v * BLOCKS + b
+// block j of the chunk of vector v at v * BLOCKS + j
 shared uvec4 sxl[2u * BLOCKS * NX];  // lo bytes (X8: the bytes), 8 words per block
 #if !defined(X8)
 shared uvec4 sxh[2u * BLOCKS * NX];  // hi bytes
@@ -109,7 +116,7 @@ layout(push_constant) uniform Push {
     uint row_bytes;  // of the GGUF rows (unused: the push layout of every qmatvec kernel)
 } pc;
 
-shared float part[ROWS * NX * gl_WorkGroupSize.x];  // per row and vector, one slot per subgroup or per lane
+shared float part[PART];
 
 // The weights stay unsigned (Q4_0 and Q4_K nibbles 0..15, Q6_K 6-bit q 0..63) in the dot products
 // with x's signed bytes; their offsets (8, 32; Q4_K's dmin * m) come off once per 16 (Q4_K: 32)
@@ -153,13 +160,13 @@ uint pack_bytes(ivec4 v) {
     return b.x | (b.y << 8) | (b.z << 16) | (b.w << 24);
 }
 
-// x's block b into shared memory, quantized exactly as qmatvec_xq.comp does it
-void quantize_block(uint b) {
+// x's block src (among all vectors' blocks) into shared slot b, quantized exactly as qmatvec_xq.comp does it
+void quantize_block(uint src, uint b) {
     vec4 v[8];
     float m = 0.0;
     bool finite = true;
     for (uint k = 0u; k < 8u; ++k) {
-        v[k] = x4[8u * b + k];
+        v[k] = x4[8u * src + k];
         vec4 a = abs(v[k]);
         finite = finite && !any(isnan(v[k])) && !any(isinf(v[k]));
         m = max(m, max(max(a.x, a.y), max(a.z, a.w)));
@@ -306,11 +313,11 @@ uvec4 q_next[UNROLL * ROWS][NQ];
 uint extra_next[UNROLL * ROWS];
 DT d_next[UNROLL * ROWS];
 
-// nu: units per row
-void load_batch(uint row0, uint b0, uint nu) {
+// nu: units per row; units from bend on (the row's or the x chunk's end) are not loaded
+void load_batch(uint row0, uint b0, uint nu, uint bend) {
     uint nblk = nu / UNITS;  // weight blocks per row
     for (uint u = 0u; u < UNROLL; ++u) {  // constant trip counts: unrolled
-        uint b = min(b0 + u * LANES, nu - 1u);  // a unit past the row reloads the last one, unused
+        uint b = min(b0 + u * LANES, bend - 1u);  // a unit past the end reloads the last one, unused
         for (uint r = 0u; r < ROWS; ++r) {
             uint row = min(row0 + r, pc.n_rows - 1u);
             fetch(row * nblk + b / UNITS, b, q_next[u * ROWS + r], extra_next[u * ROWS + r], d_next[u * ROWS + r]);
@@ -318,25 +325,21 @@ void load_batch(uint row0, uint b0, uint nu) {
     }
 }
 
-// rows row0 .. row0 + ROWS - 1 of team `team` (rows past the matrix: none, but the team still
-// takes part in the workgroup's barriers), nu units per row; `loaded`: its first batch is in
-// q_next already
-void team_rows(uint team, uint tl, uint lid, uint row0, uint nu, bool loaded) {
-    uint rows = row0 < pc.n_rows ? min(ROWS, pc.n_rows - row0) : 0u;
+const uint K = ROWS * NX;  // a team's sums: row r, vector v at r * NX + v
+float acc[K];
+
+// units c0 .. c1 - 1 of rows row0 .. row0 + ROWS - 1 (rows past the matrix load its last row,
+// unused) into acc; nu units per row; `loaded`: the first batch is in q_next already
+void team_units(uint tl, uint row0, uint nu, uint c0, uint c1, bool loaded) {
     uint nb = nu * UX;  // x's blocks per vector
-    const uint K = ROWS * NX;  // accumulators: row r, vector v at r * NX + v
-    float acc[K];
-    for (uint k = 0u; k < K; ++k) {
-        acc[k] = 0.0;
-    }
     const uint STEP = LANES * UNROLL;
-    for (uint b0 = tl; b0 < nu; b0 += STEP) {
-        if (!loaded || b0 != tl) {
-            load_batch(row0, b0, nu);
+    for (uint b0 = c0 + tl; b0 < c1; b0 += STEP) {
+        if (!loaded || b0 != c0 + tl) {
+            load_batch(row0, b0, nu, c1);
         }
         for (uint u = 0u; u < UNROLL; ++u) {
             uint b = b0 + u * LANES;
-            if (b >= nu) {
+            if (b >= c1) {
                 break;
             }
             // row r, x block s of the unit at r * UX + s (flat: arrays [ROWS][UX], a row's [UX] passed
@@ -351,8 +354,8 @@ void team_rows(uint team, uint tl, uint lid, uint row0, uint nu, bool loaded) {
             }
             for (uint v = 0u; v < NX; ++v) {
                 for (uint s = 0u; s < UX; ++s) {
-                    uint gb = v * nb + b * UX + s;  // x block b * UX + s of vector v among all vectors' blocks
 #if defined(XQ_WG)
+                    uint gb = v * BLOCKS + (b - c0) * UX + s;  // x block b * UX + s of vector v in the held chunk
                     uvec4 xl0 = sxl[2u * gb], xl1 = sxl[2u * gb + 1u];
 #if defined(X8)
                     uvec4 xh0 = uvec4(0u), xh1 = uvec4(0u);  // unused
@@ -362,6 +365,7 @@ void team_rows(uint team, uint tl, uint lid, uint row0, uint nu, bool loaded) {
                     float sx = sxs[gb];
                     ivec2 xs = sxsum[gb];
 #else
+                    uint gb = v * nb + b * UX + s;  // x block b * UX + s of vector v among all vectors' blocks
                     uint all = NX * nb;  // qmatvec_xq quantized every vector as one long x
                     uvec4 xl0 = xq[2u * gb], xl1 = xq[2u * gb + 1u];
                     uvec4 xh0 = xq[2u * all + 2u * gb], xh1 = xq[2u * all + 2u * gb + 1u];
@@ -381,6 +385,12 @@ void team_rows(uint team, uint tl, uint lid, uint row0, uint nu, bool loaded) {
             }
         }
     }
+}
+
+// the team's sums of rows row0 .. (those inside the matrix) summed over its lanes and written;
+// every lane of the workgroup takes part (barriers)
+void team_write(uint team, uint tl, uint lid, uint row0) {
+    uint rows = row0 < pc.n_rows ? min(ROWS, pc.n_rows - row0) : 0u;
 #if defined(USE_SUBGROUP)
     // butterfly within min(LANES, subgroup): every lane of it ends with the sums
     uint width = min(LANES, gl_SubgroupSize);
@@ -390,12 +400,16 @@ void team_rows(uint team, uint tl, uint lid, uint row0, uint nu, bool loaded) {
         }
     }
     if (LANES <= gl_SubgroupSize) {
-        if (tl < K && tl / NX < rows) {  // lane k of the team writes accumulator k
-            float s = 0.0;
-            for (uint k = 0u; k < K; ++k) {
-                s = k == tl ? acc[k] : s;
+        // lane l of the team writes accumulators l, l + LANES, ... (more sums than lanes: many vectors)
+        for (uint k0 = 0u; k0 < K; k0 += LANES) {
+            uint kk = k0 + tl;
+            if (kk < K && kk / NX < rows) {
+                float s = 0.0;
+                for (uint k = 0u; k < K; ++k) {
+                    s = k == kk ? acc[k] : s;
+                }
+                y[(kk % NX) * pc.n_rows + row0 + kk / NX] = s;
             }
-            y[(tl % NX) * pc.n_rows + row0 + tl / NX] = s;
         }
     } else {
         uint per_team = LANES / gl_SubgroupSize;  // subgroups of a team (whole: LANES and WG are multiples)
@@ -406,12 +420,14 @@ void team_rows(uint team, uint tl, uint lid, uint row0, uint nu, bool loaded) {
             }
         }
         barrier();
-        if (tl < K && tl / NX < rows) {
-            float s = 0.0;
-            for (uint g = 0u; g < per_team; ++g) {
-                s += part[(team * K + tl) * per_team + g];
+        for (uint kk = tl; kk < K; kk += LANES) {
+            if (kk / NX < rows) {
+                float s = 0.0;
+                for (uint g = 0u; g < per_team; ++g) {
+                    s += part[(team * K + kk) * per_team + g];
+                }
+                y[(kk % NX) * pc.n_rows + row0 + kk / NX] = s;
             }
-            y[(tl % NX) * pc.n_rows + row0 + tl / NX] = s;
         }
         barrier();  // part is written again by the workgroup's next row group
     }
@@ -435,7 +451,7 @@ void team_rows(uint team, uint tl, uint lid, uint row0, uint nu, bool loaded) {
 
 // Workgroups take row groups (TEAMS * ROWS rows) group, group + n_groups, ...: one each where
 // the grid covers the matrix; several where the policy launches about as many workgroups as
-// the device holds at once (whole waves, and x quantized once per workgroup).
+// the device holds at once (whole waves, and x quantized once per workgroup where it fits whole).
 void main() {
     uint lid = gl_LocalInvocationID.x;
     uint team = lid / LANES, tl = lid % LANES;
@@ -447,16 +463,38 @@ void main() {
     }
     uint nb = pc.n_cols >> 5u;  // x's blocks of 32
     uint nu = nb / UX;           // units per row
-    if (PREFETCH) {
-        load_batch(group * group_rows + team * ROWS, tl, nu);
-    }
 #if defined(XQ_WG)
-    for (uint b = lid; b < NX * nb; b += gl_WorkGroupSize.x) {  // every vector's blocks
-        quantize_block(b);
-    }
-    barrier();
+    uint cu = BLOCKS / UX;       // units per chunk of x
+#else
+    uint cu = nu;
 #endif
+    if (PREFETCH) {
+        load_batch(group * group_rows + team * ROWS, tl, nu, min(cu, nu));
+    }
+    uint held = 0xFFFFFFFFu;  // the first unit of the chunk of x in shared memory
     for (uint g = group; g * group_rows < pc.n_rows; g += n_groups) {  // uniform over the workgroup
-        team_rows(team, tl, lid, g * group_rows + team * ROWS, nu, PREFETCH && g == group);
+        uint row0 = g * group_rows + team * ROWS;
+        for (uint k = 0u; k < K; ++k) {
+            acc[k] = 0.0;
+        }
+        for (uint c0 = 0u; c0 < nu; c0 += cu) {
+            uint c1 = min(c0 + cu, nu);
+#if defined(XQ_WG)
+            if (c0 != held) {
+                if (held != 0xFFFFFFFFu) {
+                    barrier();  // every team is done with the chunk held now
+                }
+                uint cb = (c1 - c0) * UX;  // the chunk's blocks per vector
+                for (uint i = lid; i < NX * cb; i += gl_WorkGroupSize.x) {
+                    uint v = i / cb, j = i - v * cb;
+                    quantize_block(v * nb + c0 * UX + j, v * BLOCKS + j);
+                }
+                barrier();
+                held = c0;
+            }
+#endif
+            team_units(tl, row0, nu, c0, c1, PREFETCH && g == group && c0 == 0u);
+        }
+        team_write(team, tl, lid, row0);
     }
 }

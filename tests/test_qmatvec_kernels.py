@@ -104,6 +104,16 @@ CONFIGS = {
                                          "xq": "dispatch"}}, "packed"),
     "packed-tree-l4r3t2g2": ({"qmatvec": {"layout": "packed", "lanes": 4, "rows": 3, "teams": 2, "groups": 2,
                                           "reduce": "tree"}}, "packed"),
+    # ... x held a chunk of columns at a time (where x does not fit whole): chunks of whole and
+    # partial lane steps, row groups that come back to the first chunk, the tree, 8-bit x
+    "packed-xwg-sg-l8r2t2-chunk64": ({"qmatvec": {"layout": "packed", "xq": "workgroup", "lanes": 8, "rows": 2,
+                                                  "teams": 2, "x_chunk": 64}}, "packed"),
+    "packed-xwg-sg-l4r3t2g2u2-chunk192": ({"qmatvec": {"layout": "packed", "xq": "workgroup", "lanes": 4, "rows": 3,
+                                                       "teams": 2, "groups": 2, "unroll": 2, "x_chunk": 192}}, "packed"),
+    "packed-xwg-tree-l16r2-chunk128": ({"qmatvec": {"layout": "packed", "xq": "workgroup", "lanes": 16, "rows": 2,
+                                                    "reduce": "tree", "x_chunk": 128}}, "packed"),
+    "packed-x8-chunk64": ({"qmatvec": {"layout": "packed", "x_bits": 8, "lanes": 8, "rows": 2, "x_chunk": 64}},
+                          "packed"),
     # x as 8-bit signed bytes (variant xwg8): held to its own quantization bound
     "packed-x8-auto": ({"qmatvec": {"layout": "packed", "x_bits": 8}}, "packed"),
     "packed-x8-tree-l8r3t2u2": ({"qmatvec": {"layout": "packed", "x_bits": 8, "lanes": 8, "rows": 3, "teams": 2,

@@ -261,20 +261,22 @@ def test_packed_launch_shape_takes_the_knobs_and_the_automatic_shape():
     auto = KernelPolicy.QMATVEC_PACKED_SHAPE
     rows, unroll = KernelPolicy.QMATVEC_PACKED_ROWS["short"]
     k = pol.qmatvec(DType.Q4_0, 4096, 14336)
-    # spec: workgroup size, rows per team, x blocks, lanes per team, units loaded ahead, first loads
-    # before x is quantized, vectors; x quantized by each workgroup where it fits in shared memory
+    # spec: workgroup size, rows per team, x blocks held per vector, lanes per team, units loaded
+    # ahead, first loads before x is quantized, vectors, floats of the reduction's shared array (1:
+    # one-subgroup teams sum by shuffles alone); x quantized by each workgroup
     assert k.spv == "qmatvec_packed.q4_0.xwg.sg.spv" and not k.uses_xq, k
-    assert k.spec[1:] == (rows, 128, auto["lanes"], unroll, 1, 1), k
+    assert k.spec[1:] == (rows, 128, auto["lanes"], unroll, 1, 1, 1), k
     assert k.rows == rows * k.spec[0] // auto["lanes"], "the grid covers rows per team x teams per workgroup"
     assert k.spec[0] == 32 * auto["teams"], f"a large matrix keeps every team, got {k.spec}"
     rows, unroll = KernelPolicy.QMATVEC_PACKED_ROWS["long"]
     k = pol.qmatvec(DType.Q4_0, 14336, 4096)
-    assert k.spec[1:] == (rows, 448, auto["lanes"], unroll, 1, 1), "long rows: their own rows per team and unroll"
+    assert k.spec[1:] == (rows, 448, auto["lanes"], unroll, 1, 1, 1), "long rows: their own rows per team and unroll"
     k = pol.qmatvec(DType.Q8_0, 65536, 64)  # 2048 blocks of x: 152 KiB, more than the device's 48
-    assert ".xwg." not in k.spv and k.uses_xq, f"x quantized by a first dispatch where it does not fit, got {k}"
+    assert ".xwg." in k.spv and not k.uses_xq and k.spec[2] == 640, f"x held in chunks of 640 blocks, got {k}"
     pol.configure_qmatvec(layout="packed", lanes=64, rows=2, teams=2, unroll=4, xq="dispatch", prefetch=False)
     k = pol.qmatvec(DType.Q8_0, 14336, 4096)
-    assert k.spec == (128, 2, 448, 64, 4, 0, 1) and k.rows == 4 and k.uses_xq, k
+    # teams of two subgroups: their sums meet in shared memory, 2 rows x 2 subgroups per team x 2 teams
+    assert k.spec == (128, 2, 448, 64, 4, 0, 1, 8) and k.rows == 4 and k.uses_xq, k
     pol.configure_qmatvec(layout="packed", lanes=8, rows=16, teams=1)
     k = pol.qmatvec(DType.Q4_0, 64, 7)
     assert k.spec[0] % 32 == 0, f"whole subgroups per workgroup, got {k.spec}"
@@ -316,25 +318,49 @@ def test_packed_launch_in_whole_waves_where_the_device_reports_its_compute_units
     assert unknown.qmatvec(DType.Q4_0, 4096, 14336).max_groups == 0, "no compute unit count: one per row group"
 
 
-def test_x_in_shared_memory_is_refused_where_it_does_not_fit():
+def test_x_that_does_not_fit_whole_is_held_in_chunks_and_a_knob_sets_the_chunk():
     pol = KernelPolicy({**_props(integer_dot_product=True), "max_shared_memory": 16384})
     pol.configure_qmatvec(layout="packed", xq="workgroup")
-    k = pol.qmatvec(DType.Q4_0, 4096, 14336)  # 128 blocks: 8.5 KiB of x
+    k = pol.qmatvec(DType.Q4_0, 4096, 14336)  # 128 blocks: 9.5 KiB of x
     assert ".xwg." in k.spv and k.spec[2] == 128 and not k.uses_xq, k
-    with pytest.raises(ValueError, match=r"needs \d+ bytes of shared memory for x quantized \(1 x 14336 columns\).*16384"):
-        pol.qmatvec(DType.Q4_0, 14336, 4096)  # 448 blocks: 30 KiB
+    k = pol.qmatvec(DType.Q4_0, 14336, 4096)  # 448 blocks: 33 KiB; 215 fit, whole steps of 2 x 32 lanes
+    assert ".xwg." in k.spv and k.spec[2] == 192 and k.spec[4] == 2, f"chunks of 192 blocks of x, got {k}"
+    q4k = pol.qmatvec(DType.Q4_K, 14336, 4096)  # units of 64 weights: 2 blocks of x each
+    assert q4k.spec[2] % 2 == 0 and 76 * q4k.spec[2] <= 16384, q4k
+    pol.configure_qmatvec(layout="packed", xq="workgroup", x_chunk=1024)
+    assert pol.qmatvec(DType.Q4_0, 14336, 4096).spec[2] == 32
+    assert pol.qmatvec(DType.Q4_0, 512, 4096).spec[2] == 16, "x shorter than the chunk: all of it"
+    pol.configure_qmatvec(layout="packed", xq="workgroup", x_chunk=96)
+    with pytest.raises(ValueError, match=r"x_chunk=96 is not a positive multiple of 64 columns \(the Q4_K kernel's unit\)"):
+        pol.qmatvec(DType.Q4_K, 14336, 4096)
+    pol.configure_qmatvec(layout="packed", xq="workgroup", x_chunk=8192)
+    with pytest.raises(ValueError, match=r"x_chunk=8192 columns of 1 vector\(s\) do not fit.*at most 6880"):
+        pol.qmatvec(DType.Q4_0, 14336, 8192)
+    with pytest.raises(ValueError, match="x_chunk is the chunk of x each workgroup holds"):
+        pol.configure_qmatvec(layout="packed", xq="dispatch", x_chunk=64)
+    small = KernelPolicy({**_props(integer_dot_product=True), "max_shared_memory": 4096})
+    small.configure_qmatvec(layout="packed", xq="workgroup", reduce="tree", lanes=32, teams=32)
+    with pytest.raises(ValueError, match=r"1024 lanes x \d+ sums need 4096 bytes of shared memory beside one unit of "
+                                         r"x \(1 vector\(s\)\); the device has 4096"):
+        small.qmatvec(DType.Q4_0, 14336, 4096)  # the tree's slot per lane leaves no room for x
 
 
 def test_x_in_shared_memory_counts_every_array_of_the_shader():
     # lo and hi bytes (64), the scale (4) and the two sums of q (8) per block of 32: leaving out
     # the sums let a 512-lane, 8-row workgroup over 448 blocks ask for 50 KiB on a 48 KiB device
-    # (a lost device on the H200, no error anywhere before it)
+    # (a lost device on the H200, no error anywhere before it); the reduction's array is the
+    # shader's PART (spec[7]) floats
     assert KernelPolicy.qmatvec_xwg_bytes(14336) == 448 * 76
-    pol = KernelPolicy({**_props(integer_dot_product=True), "max_shared_memory": 49152})
-    pol.configure_qmatvec(layout="packed", xq="workgroup", lanes=32, teams=16, rows=8)
-    k = pol.qmatvec(DType.Q4_0, 14336, 4096)
-    shared = KernelPolicy.qmatvec_xwg_bytes(14336) + 4 * k.spec[0] * k.spec[1]
-    assert shared <= 49152 and k.spec[1] == 4, f"rows per team cut to fit, got spec {k.spec} ({shared} bytes)"
+    for reduce, lanes in (("subgroup", 32), ("subgroup", 64), ("tree", 32)):
+        pol = KernelPolicy({**_props(integer_dot_product=True), "max_shared_memory": 49152})
+        pol.configure_qmatvec(layout="packed", xq="workgroup", lanes=lanes, teams=16 * 32 // lanes, rows=8,
+                              reduce=reduce)
+        k = pol.qmatvec(DType.Q4_0, 14336, 4096)
+        wg, rows = k.spec[0], k.spec[1]
+        part = wg if reduce == "tree" else (rows * wg // 32 if lanes > 32 else 1)
+        assert k.spec[7] == part, f"{reduce}, {lanes} lanes: PART {k.spec[7]}, expected {part}"
+        shared = KernelPolicy.qmatvec_xwg_bytes(32 * k.spec[2]) + 4 * k.spec[7]
+        assert shared <= 49152, f"{reduce}, {lanes} lanes: spec {k.spec} needs {shared} bytes"
 
 
 def test_the_automatic_layout_packs_only_large_products_on_gpus(monkeypatch):
@@ -496,17 +522,23 @@ def test_q4_k_product_counts_every_sub_block_scale_and_min(knobs):
                                   f"expected {ref[worst]:.6f}, got {got[worst]:.6f}")
 
 
-def test_vectors_whose_x_and_sums_crowd_shared_memory_take_the_dispatch_not_fewer_rows():
+def test_vectors_whose_x_does_not_fit_whole_keep_their_rows_and_take_x_in_chunks(monkeypatch):
     pol = KernelPolicy(_props(integer_dot_product=True))
-    k = pol.qmatvec(DType.Q4_0, 4096, 14336, 4)  # 4 x 9.5 KiB of x beside 32 KiB of sums
+    k = pol.qmatvec(DType.Q4_0, 4096, 14336, 4)  # 4 x 9.5 KiB of x: fits whole
+    assert ".xwg." in k.spv and k.spec[2] == 128 and k.spec[1] == 4, f"x whole in shared memory, 4 rows: {k}"
+    k = pol.qmatvec(DType.Q4_0, 4096, 14336, 8)  # 8 x 9.5 KiB: chunks of whole 32-lane steps
+    assert ".xwg." in k.spv and k.spec[2] == 64 and k.spec[1] == 4, f"chunks of 64 blocks, 4 rows: {k}"
+    monkeypatch.setattr(KernelPolicy, "QMATVEC_PACKED_X_CHUNKS", False)
+    pol = KernelPolicy(_props(integer_dot_product=True))
+    k = pol.qmatvec(DType.Q4_0, 4096, 14336, 8)
     assert ".xwg" not in k.spv and k.uses_xq and k.spec[1] == 4, f"x from a first dispatch, 4 rows a team: {k}"
-    one = pol.qmatvec(DType.Q4_0, 4096, 14336, 1)
-    assert ".xwg." in one.spv and one.spec[1] == 4, f"one vector keeps x in shared memory: {one}"
+    assert ".xwg." in pol.qmatvec(DType.Q4_0, 4096, 14336, 1).spv, "one vector keeps x whole in shared memory"
 
 
-def test_eight_bit_x_refuses_what_would_shrink_its_workgroups():
+def test_eight_bit_x_of_many_vectors_or_long_rows_is_held_in_chunks():
     pol = KernelPolicy(_props(integer_dot_product=True))
     pol.configure_qmatvec(layout="packed", x_bits=8)
-    assert ".xwg8." in pol.qmatvec(DType.Q4_0, 4096, 14336, 4).spv, "4 vectors fit with fewer rows a team"
-    with pytest.raises(ValueError, match=r"x_bits=8 holds x in shared memory: 8 vector\(s\) of 4096 columns"):
-        pol.qmatvec(DType.Q4_0, 4096, 14336, 8)
+    k = pol.qmatvec(DType.Q4_0, 4096, 14336, 8)  # 8 x 5.5 KiB of 8-bit x: whole
+    assert ".xwg8." in k.spv and k.spec[2] == 128, k
+    k = pol.qmatvec(DType.Q4_0, 14336, 4096, 8)  # 8 x 19 KiB: chunks
+    assert ".xwg8." in k.spv and k.spec[2] < 448 and 8 * 44 * k.spec[2] + 4 * k.spec[7] <= 49152, k

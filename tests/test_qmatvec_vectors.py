@@ -19,6 +19,7 @@ except Exception as exc:  # no loader / no ICD
     _NO_DEVICE = f"no Vulkan available here: {exc}"
 
 NMSE_LIMIT = 1e-8
+X8_NMSE_LIMIT = 1e-4  # 8-bit x (x_bits=8): its int8 quantization alone gives about 3e-5
 GUARD = 16
 
 CONFIGS = {
@@ -28,8 +29,15 @@ CONFIGS = {
     "packed-dispatch": {"qmatvec": {"layout": "packed", "xq": "dispatch", "lanes": 16, "rows": 2}},
     "packed-tree": {"qmatvec": {"layout": "packed", "reduce": "tree", "lanes": 8, "rows": 2, "teams": 2}},
     "packed-wide": {"qmatvec": {"layout": "packed", "lanes": 64, "rows": 1, "teams": 2, "groups": 2}},
+    # every vector's x held in shared memory a chunk of columns at a time (as where it does not fit whole):
+    # chunks of whole and partial lane steps, row groups revisiting chunk 0, 8-bit x, the tree
+    "packed-chunks": {"qmatvec": {"layout": "packed", "lanes": 8, "rows": 2, "teams": 2, "x_chunk": 128}},
+    "packed-chunks-odd-groups": {"qmatvec": {"layout": "packed", "lanes": 4, "rows": 3, "teams": 2, "groups": 2,
+                                             "unroll": 2, "x_chunk": 192}},
+    "packed-chunks-x8-tree": {"qmatvec": {"layout": "packed", "x_bits": 8, "reduce": "tree", "lanes": 8, "rows": 2,
+                                          "x_chunk": 64}},
 }
-SHAPES = [(7, 256, 2), (13, 512, 3), (33, 1024, 8)]  # n_rows, n_cols, n_vecs
+SHAPES = [(7, 256, 2), (13, 512, 3), (33, 1024, 8), (5, 256, 40)]  # n_rows, n_cols, n_vecs (40: more sums than lanes)
 
 _backends: dict = {}
 
@@ -74,13 +82,17 @@ def _run(be, dtype: DType, raw: bytes, x: np.ndarray, n_rows: int, n_cols: int, 
             be.free(h)
 
 
-def _check(got: np.ndarray, ref: np.ndarray, what: str) -> None:
+def _check(got: np.ndarray, ref: np.ndarray, what: str, limit: float = NMSE_LIMIT) -> None:
     n_vecs, n_rows = ref.shape
     assert np.all(got[n_vecs * n_rows:] == 7.0), f"{what}: wrote past the {n_vecs} x {n_rows} outputs"
     y = got[:n_vecs * n_rows].reshape(n_vecs, n_rows).astype(np.float64)
+    if limit > NMSE_LIMIT:  # 8-bit x: over a few rows one vector's NMSE is noise, the batch's is not
+        e = float(np.sum((y - ref) ** 2) / np.sum(ref ** 2))
+        assert e <= limit, f"{what}: the batch's NMSE {e:.3e} > {limit:.0e}"
+        return
     for v in range(n_vecs):
         e = float(np.sum((y[v] - ref[v]) ** 2) / np.sum(ref[v] ** 2))
-        assert e <= NMSE_LIMIT, f"{what}: vector {v} NMSE {e:.3e} > {NMSE_LIMIT:.0e}"
+        assert e <= limit, f"{what}: vector {v} NMSE {e:.3e} > {limit:.0e}"
 
 
 @pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
@@ -95,7 +107,12 @@ def test_each_vector_of_a_batch_matches_float64(backends, cfg, dtype):
         kernel = be._policy.qmatvec(dtype, n_cols, n_rows, n_vecs)
         if "packed" in cfg:  # every format here has a packed kernel (Q4_K's: units of 64 weights)
             assert kernel.packed and kernel.vectors == n_vecs, f"the packed kernel takes all {n_vecs} vectors at once, got {kernel}"
-        _check(_run(be, dtype, raw, x, n_rows, n_cols, n_vecs), ref, f"{cfg} {dtype.name} {n_rows}x{n_cols}x{n_vecs}")
+        chunk = CONFIGS[cfg].get("qmatvec", {}).get("x_chunk")
+        if chunk:  # x blocks per vector held at a time: the chunk, fewer where x is shorter
+            assert kernel.spec[2] == min(chunk, n_cols) // 32, f"x held {chunk} columns at a time, got {kernel}"
+        x8 = CONFIGS[cfg].get("qmatvec", {}).get("x_bits") == 8  # x's own error: about 3e-5 (8 bits)
+        _check(_run(be, dtype, raw, x, n_rows, n_cols, n_vecs), ref, f"{cfg} {dtype.name} {n_rows}x{n_cols}x{n_vecs}",
+               X8_NMSE_LIMIT if x8 else NMSE_LIMIT)
 
 
 def test_numpy_backend_batches_against_float64():

@@ -924,10 +924,13 @@ class KernelPolicy:
         workgroup quantizes x into shared memory itself, no second dispatch, or "dispatch"), ``x_bits``
         16 (default: x's error about 2e-10 NMSE) or 8 (with ``xq`` "workgroup" only: x as signed bytes, one
         byte dot per weight word instead of two, x's error about 3e-5 NMSE against float64: a faster,
-        less exact kernel, never the automatic choice); other formats keep the GGUF kernels."""
+        less exact kernel, never the automatic choice), ``x_chunk`` (with ``xq`` "workgroup": columns of x
+        each workgroup holds in shared memory at a time, a multiple of 32 (Q4_K: 64); default: all of x
+        where it fits, else the largest chunk that does, see QMATVEC_PACKED_X_CHUNKS); other formats keep
+        the GGUF kernels."""
         cfg = dict(config or {}, **knobs)
         unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot", "xq",
-                              "layout", "unroll", "per_cu", "groups", "prefetch", "x_bits"}
+                              "layout", "unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk"}
         if unknown:
             raise ValueError(f"qmatvec config: unknown keys {sorted(unknown)}")
         if cfg.get("kernel", "auto") not in ("auto", "fast", "generic"):
@@ -970,14 +973,17 @@ class KernelPolicy:
             if cfg["x_bits"] == 8 and cfg.get("xq") == "dispatch":
                 raise ValueError("qmatvec config: x_bits=8 quantizes x in each workgroup; it cannot take "
                                  "xq='dispatch'")
-        for key in ("unroll", "per_cu", "groups", "prefetch", "x_bits"):
+        for key in ("unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk"):
             if cfg.get(key) is not None and cfg.get("layout") != "packed":
                 raise ValueError(f"qmatvec config: {key} is a choice of layout='packed'")
         if cfg.get("per_cu") is not None and (isinstance(cfg["per_cu"], bool) or not isinstance(cfg["per_cu"], int)
                                               or cfg["per_cu"] < 0):
             raise ValueError(f"qmatvec config: per_cu must be an int >= 0 (0: one workgroup per row group), "
                              f"got {cfg['per_cu']!r}")
-        for key in ("lanes", "rows", "teams", "chunk", "tile_kib", "unroll", "groups"):
+        if cfg.get("x_chunk") is not None and cfg.get("xq") == "dispatch":
+            raise ValueError("qmatvec config: x_chunk is the chunk of x each workgroup holds; it cannot take "
+                             "xq='dispatch'")
+        for key in ("lanes", "rows", "teams", "chunk", "tile_kib", "unroll", "groups", "x_chunk"):
             v = cfg.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"qmatvec config: {key} must be a positive int, got {v!r}")
@@ -1104,6 +1110,10 @@ class KernelPolicy:
     #: how many units it has): fewer, fuller workgroups were faster than two per unit on the H200
     #: (docs/kernel-choices.md)
     QMATVEC_PACKED_MIN_GROUPS_PER_CU = 0.5
+    #: where x (several vectors, or long rows) does not fit whole in shared memory: True, each
+    #: workgroup quantizes it chunk by chunk (no second dispatch, x read from L2 once per
+    #: workgroup); False, a first dispatch quantizes it and every team reads it from L2/L1
+    QMATVEC_PACKED_X_CHUNKS = True
 
     def _qmatvec_packed(self, dtype: DType, n_cols: int, n_rows: int, nx: int = 1) -> QMatvecKernel:
         cfg = self.qmatvec_config
@@ -1121,7 +1131,9 @@ class KernelPolicy:
                              f"{self.subgroup_size}-wide subgroups")
         auto_rows, auto_unroll = self.QMATVEC_PACKED_ROWS[
             "long" if blocks >= self.QMATVEC_PACKED_LONG_ROW_UNITS else "short"]
-        # lane k of a team writes accumulator k (row k // nx, vector k % nx)
+        # at most a sum (row, vector) per lane where it can be: every lane holds all of its team's
+        # sums, and more rows than that only spend registers (many vectors: one row, lanes write
+        # several sums each)
         rows = max(1, min(int(cfg.get("rows") or auto_rows), max(1, lanes // nx)))
         unroll = int(cfg.get("unroll") or auto_unroll)
         teams = max(1, min(int(cfg.get("teams") or auto["teams"]), limit // lanes))
@@ -1136,33 +1148,50 @@ class KernelPolicy:
             wg = lanes * teams
         xq = cfg.get("xq") or auto["xq"]
         x_bits = int(cfg.get("x_bits") or 16)
+        ux = 2 if dtype == DType.Q4_K else 1  # x's blocks of 32 per unit of the kernel
+        nu = blocks // ux  # units per row
 
-        def shared_bytes(rows: int, xq: str) -> int:  # x (if held) + the reduction's partial sums
-            return (nx * self.qmatvec_xwg_bytes(n_cols, x_bits) if xq == "workgroup" else 0) + 4 * wg * rows * nx
+        def part_floats(rows: int, wg: int) -> int:  # the reduction's shared array (the shader's PART)
+            if not subgroup:
+                return wg  # tree: a slot per lane, reused for each sum
+            return rows * nx * wg // self.subgroup_size if lanes > self.subgroup_size else 1
 
-        if xq == "workgroup" and "xq" not in cfg and x_bits == 16 and shared_bytes(rows, xq) > self.max_shared:
-            # x (of several vectors, or long) and the partial sums do not fit beside each other: a first
-            # dispatch quantizes x, rather than fewer rows per team (about 2x faster at 4 vectors,
-            # docs/kernel-choices.md)
-            xq = "dispatch"
-        while rows > 1 and shared_bytes(rows, xq) > self.max_shared:
+        def room_units(rows: int, wg: int) -> int:  # units of every vector's x that fit beside the partial sums
+            return (self.max_shared - 4 * part_floats(rows, wg)) // (nx * ux * self.qmatvec_xwg_bytes(32, x_bits))
+
+        def fits(rows: int, wg: int) -> bool:
+            return room_units(rows, wg) >= 1 if xq == "workgroup" else 4 * part_floats(rows, wg) <= self.max_shared
+
+        if (xq == "workgroup" and "xq" not in cfg and x_bits == 16 and room_units(rows, wg) < nu
+                and not self.QMATVEC_PACKED_X_CHUNKS):
+            xq = "dispatch"  # x does not fit whole: a first dispatch quantizes it, rather than chunks
+        while rows > 1 and not fits(rows, wg):
             rows //= 2
         min_teams = _ceil_div(self.subgroup_size, lanes) if subgroup else 1
-        if x_bits == 8 and shared_bytes(rows, xq) > self.max_shared:
-            # 8-bit x has no first-dispatch variant, and fewer teams per workgroup were 5x slower than
-            # 16-bit x from a dispatch (docs/kernel-choices.md)
-            raise ValueError(f"quantized_matmul: x_bits=8 holds x in shared memory: {nx} vector(s) of {n_cols} "
-                             f"columns and the partial sums need {shared_bytes(rows, xq)} bytes, the device has "
-                             f"{self.max_shared}; use fewer vectors per call or x_bits=16")
-        while not cfg.get("teams") and teams > min_teams and shared_bytes(rows, xq) > self.max_shared:
-            teams //= 2  # many vectors: their partial sums take the room
+        while not cfg.get("teams") and teams > min_teams and not fits(rows, wg):
+            teams //= 2
             wg = lanes * max(teams, min_teams)
         teams = max(teams, min_teams)
-        need = shared_bytes(rows, xq)
-        if need > self.max_shared:
-            held = f"x quantized ({nx} x {n_cols} columns) and " if xq == "workgroup" else ""
-            raise ValueError(f"quantized_matmul: the packed kernel needs {need} bytes of shared memory for {held}"
-                             f"the partial sums of {wg} lanes x {rows * nx} sums; the device has {self.max_shared}")
+        if not fits(rows, wg):
+            raise ValueError(f"quantized_matmul: the packed kernel's {wg} lanes x {rows * nx} sums need "
+                             f"{4 * part_floats(rows, wg)} bytes of shared memory"
+                             + (f" beside one unit of x ({nx} vector(s))" if xq == "workgroup" else "")
+                             + f"; the device has {self.max_shared}")
+        chunk = nu  # units of x per chunk held in shared memory (variants xwg, xwg8)
+        if xq == "workgroup":
+            room = room_units(rows, wg)
+            if cfg.get("x_chunk"):
+                chunk = int(cfg["x_chunk"]) // (32 * ux)
+                if chunk < 1 or int(cfg["x_chunk"]) % (32 * ux):
+                    raise ValueError(f"quantized_matmul: x_chunk={cfg['x_chunk']} is not a positive multiple of "
+                                     f"{32 * ux} columns (the {dtype.name} kernel's unit)")
+                if min(chunk, nu) > room:
+                    raise ValueError(f"quantized_matmul: x_chunk={cfg['x_chunk']} columns of {nx} vector(s) do not "
+                                     f"fit in shared memory beside the partial sums: at most {32 * ux * room}")
+            elif room < nu:  # whole teams' steps per chunk where they fit, so no lane idles inside one
+                step = lanes * unroll
+                chunk = room // step * step or room // lanes * lanes or room
+            chunk = min(chunk, nu)
         x_shared = xq == "workgroup"
         reduce = "sg" if subgroup else "tree"
         plan = {"rows": rows * teams, "packed": True,
@@ -1174,7 +1203,8 @@ class KernelPolicy:
             cu = self.compute_units
             plan["max_groups"] = cu["count"] * max(1, min(int(per_cu), cu["threads"] // wg))
         plan["vectors"] = nx
-        spec = (wg, rows, blocks, lanes, unroll, int(cfg.get("prefetch", True)), nx)
+        spec = (wg, rows, chunk * ux if x_shared else blocks, lanes, unroll, int(cfg.get("prefetch", True)), nx,
+                part_floats(rows, wg))
         if x_shared:
             xwg = "xwg8" if x_bits == 8 else "xwg"
             return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.{xwg}.{reduce}.spv", spec, PUSH_QMATVEC,

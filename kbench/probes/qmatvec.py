@@ -278,10 +278,15 @@ def batches(args, shapes, dtypes, rng) -> int:
                     h = be.allocate(len(data))
                     be.copy_to_device(data, h)
                     hws.append(h)
-                for nv, x_bits in [(nv, xb) for nv in args.vecs for xb in args.x_bits]:
-                    if x_bits == 8 and dtype not in QMATVEC_PACKED_DTYPES:
-                        continue  # 8-bit x is a choice of the packed kernel only
-                    be._policy.configure_qmatvec({"layout": "packed", "x_bits": 8} if x_bits == 8 else {})
+                for nv, x_bits, x_from in [(nv, xb, xf) for nv in args.vecs for xb in args.x_bits for xf in args.x_from]:
+                    if (x_bits == 8 or x_from != "auto") and dtype not in QMATVEC_PACKED_DTYPES:
+                        continue  # 8-bit x and where x comes from are choices of the packed kernel only
+                    if x_bits == 8 and x_from == "dispatch":
+                        continue  # 8-bit x is quantized by each workgroup only
+                    cfg = {"layout": "packed", "x_bits": 8} if x_bits == 8 else {}
+                    if x_from != "auto":
+                        cfg.update(layout="packed", xq=x_from)
+                    be._policy.configure_qmatvec(cfg)
                     try:
                         kernel = be._policy.qmatvec(dtype, n_cols, n_rows, nv)
                     except ValueError as exc:  # e.g. x of many vectors does not fit in shared memory
@@ -298,6 +303,8 @@ def batches(args, shapes, dtypes, rng) -> int:
                     got = np.frombuffer(bytes(raw), np.float32).astype(np.float64).reshape(nv, n_rows)
                     err = max(nmse(got[v], ref[v]) for v in range(nv))
                     name = kernel.spv.replace(".spv", "") + ("" if kernel.vectors == nv else f" x{nv} calls")
+                    if ".xwg" in kernel.spv and kernel.spec[2] < n_cols // 32:  # x held a chunk at a time
+                        name += f" x/{32 * kernel.spec[2]}"
                     print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} {nv:>4} {name:34} {ns / 1e3:8.2f} "
                           f"{len(data) / ns * 1e-3:6.3f} {err:9.2e} {timer}", flush=True)
                     be.free(hx), be.free(hy)
@@ -335,6 +342,9 @@ def main(argv=None) -> int:
                          "torch's float16 mm of the same batch")
     ap.add_argument("--x-bits", type=int, nargs="+", default=[16], choices=(8, 16),
                     help="with --vecs: x's bits in the packed kernel (8: the faster, less exact xwg8 variant)")
+    ap.add_argument("--x-from", nargs="+", default=["auto"], choices=("auto", "workgroup", "dispatch"),
+                    help="with --vecs: where the packed kernel's quantized x comes from: the automatic choice, each "
+                         "workgroup (in shared memory, in chunks where it does not fit whole) or a first dispatch")
     args = ap.parse_args(argv)
 
     shapes = SMALL_SHAPES if args.small else SHAPES
