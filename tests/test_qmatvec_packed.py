@@ -522,17 +522,17 @@ def test_q4_k_product_counts_every_sub_block_scale_and_min(knobs):
                                   f"expected {ref[worst]:.6f}, got {got[worst]:.6f}")
 
 
-def test_vectors_whose_x_does_not_fit_whole_keep_their_rows_and_take_x_in_chunks(monkeypatch):
+def test_vectors_whose_x_does_not_fit_whole_keep_their_rows_and_take_x_in_long_chunks_or_from_a_dispatch(monkeypatch):
     pol = KernelPolicy(_props(integer_dot_product=True))
     k = pol.qmatvec(DType.Q4_0, 4096, 14336, 4)  # 4 x 9.5 KiB of x: fits whole
     assert ".xwg." in k.spv and k.spec[2] == 128 and k.spec[1] == 4, f"x whole in shared memory, 4 rows: {k}"
-    k = pol.qmatvec(DType.Q4_0, 4096, 14336, 8)  # 8 x 9.5 KiB: chunks of whole 32-lane steps
-    assert ".xwg." in k.spv and k.spec[2] == 64 and k.spec[1] == 4, f"chunks of 64 blocks, 4 rows: {k}"
-    monkeypatch.setattr(KernelPolicy, "QMATVEC_PACKED_X_CHUNKS", False)
-    pol = KernelPolicy(_props(integer_dot_product=True))
-    k = pol.qmatvec(DType.Q4_0, 4096, 14336, 8)
+    k = pol.qmatvec(DType.Q4_0, 14336, 4096, 4)  # 4 x 33 KiB: chunks of 4096 columns (2 x 32-lane steps of units)
+    assert ".xwg." in k.spv and k.spec[2] == 128 and k.spec[1] == 2, f"chunks of 128 blocks, 2 rows: {k}"
+    k = pol.qmatvec(DType.Q4_0, 4096, 14336, 8)  # 8 x 9.5 KiB: chunks of 2048 columns would be too short
     assert ".xwg" not in k.spv and k.uses_xq and k.spec[1] == 4, f"x from a first dispatch, 4 rows a team: {k}"
-    assert ".xwg." in pol.qmatvec(DType.Q4_0, 4096, 14336, 1).spv, "one vector keeps x whole in shared memory"
+    monkeypatch.setattr(KernelPolicy, "QMATVEC_PACKED_MIN_X_CHUNK", 0)
+    k = KernelPolicy(_props(integer_dot_product=True)).qmatvec(DType.Q4_0, 4096, 14336, 8)
+    assert ".xwg." in k.spv and k.spec[2] == 64 and k.spec[1] == 4, f"any chunk: 64 blocks, 4 rows: {k}"
 
 
 def test_eight_bit_x_of_many_vectors_or_long_rows_is_held_in_chunks():

@@ -1110,10 +1110,12 @@ class KernelPolicy:
     #: how many units it has): fewer, fuller workgroups were faster than two per unit on the H200
     #: (docs/kernel-choices.md)
     QMATVEC_PACKED_MIN_GROUPS_PER_CU = 0.5
-    #: where x (several vectors, or long rows) does not fit whole in shared memory: True, each
-    #: workgroup quantizes it chunk by chunk (no second dispatch, x read from L2 once per
-    #: workgroup); False, a first dispatch quantizes it and every team reads it from L2/L1
-    QMATVEC_PACKED_X_CHUNKS = True
+    #: where 16-bit x (several vectors, or long rows) does not fit whole in shared memory, each
+    #: workgroup quantizes it chunk by chunk (no second dispatch, x read from L2 once per workgroup)
+    #: where a chunk holds at least this many columns; shorter chunks (a barrier pair each, all
+    #: teams waiting) lost to x from a first dispatch, read by every team from L2/L1
+    #: (docs/kernel-choices.md)
+    QMATVEC_PACKED_MIN_X_CHUNK = 4096
 
     def _qmatvec_packed(self, dtype: DType, n_cols: int, n_rows: int, nx: int = 1) -> QMatvecKernel:
         cfg = self.qmatvec_config
@@ -1162,9 +1164,13 @@ class KernelPolicy:
         def fits(rows: int, wg: int) -> bool:
             return room_units(rows, wg) >= 1 if xq == "workgroup" else 4 * part_floats(rows, wg) <= self.max_shared
 
+        def auto_chunk(room: int) -> int:  # whole teams' steps per chunk where they fit, so no lane idles in one
+            step = lanes * unroll
+            return min(nu, room // step * step or room // lanes * lanes or room)
+
         if (xq == "workgroup" and "xq" not in cfg and x_bits == 16 and room_units(rows, wg) < nu
-                and not self.QMATVEC_PACKED_X_CHUNKS):
-            xq = "dispatch"  # x does not fit whole: a first dispatch quantizes it, rather than chunks
+                and 32 * ux * auto_chunk(room_units(rows, wg)) < self.QMATVEC_PACKED_MIN_X_CHUNK):
+            xq = "dispatch"  # short chunks of x: a first dispatch quantizes it instead
         while rows > 1 and not fits(rows, wg):
             rows //= 2
         min_teams = _ceil_div(self.subgroup_size, lanes) if subgroup else 1
@@ -1188,9 +1194,8 @@ class KernelPolicy:
                 if min(chunk, nu) > room:
                     raise ValueError(f"quantized_matmul: x_chunk={cfg['x_chunk']} columns of {nx} vector(s) do not "
                                      f"fit in shared memory beside the partial sums: at most {32 * ux * room}")
-            elif room < nu:  # whole teams' steps per chunk where they fit, so no lane idles inside one
-                step = lanes * unroll
-                chunk = room // step * step or room // lanes * lanes or room
+            elif room < nu:
+                chunk = auto_chunk(room)
             chunk = min(chunk, nu)
         x_shared = xq == "workgroup"
         reduce = "sg" if subgroup else "tree"
