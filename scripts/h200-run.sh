@@ -12,7 +12,7 @@
 # batches: the packed kernel's tests, batches of 1-8 vectors with x held per workgroup (chunks) against x from a
 #          first dispatch (16- and 8-bit x) beside torch's fp16 mm, and the bench's rotated quantized cases
 # round3: issue 20's ratios in one session: the read floor, the bench beside torch (quantized, fp32/fp16/bf16
-#         matmul, 64 MiB copy), batches of 4 and 8 vectors, then kbench beside ggml's full-feature build where
+#         matmul, 64 MiB copy; batches of 2, 4 and 8 vectors), the batch probe, then kbench beside ggml's full-feature build where
 #         both re-read one matrix; carry also ["third_party/ggml-carry"]: `xz -9` of the full-feature build's
 #         third_party/ggml-bin-full/test-backend-ops, its build.json, and lib/ with the build machine's
 #         libstdc++.so.6 and libgomp.so.1 (real files) for a device whose own are older.
@@ -62,6 +62,10 @@ elif [ "$what" = round3 ]; then
       -k "copy_buffer[size=67108864]")
   timeout ${BENCH_S:-200} python3 -m kbench bench --peer torch --quiet --out "$out/b" "${k[@]}" > "$out/bench.log" 2>&1
   tail -8 "$out/bench.log"
+  # batches of 2, 4, 8 vectors (--full instances) beside the torch peer; the probe adds torch's fp16 mm and 8-bit x
+  timeout ${BATCH_S:-200} python3 -m kbench bench --full --peer torch --quiet --out "$out/b" -k "rotate_mib=256,n_vecs=" \
+    > "$out/bench-batches.log" 2>&1
+  tail -4 "$out/bench-batches.log"
   timeout 60 python3 -m kbench.probes qmatvec --vecs 2 4 8 --x-bits 16 8 --dtypes Q4_0 --repeats 3 > "$out/probe_vecs.log" 2>&1
   tail -16 "$out/probe_vecs.log"
   ggml_binary third_party/ggml-carry

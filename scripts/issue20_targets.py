@@ -1,5 +1,6 @@
 """Issue 20's targets as ratios from the runs of one device session, as the Markdown table of the
-README's performance-round section: kbench beside torch (`kbench bench --peer torch`), beside ggml
+README's performance-round section: kbench beside torch (`kbench bench --peer torch`; batches of vectors
+with `--full -k n_vecs=`), beside ggml
 where both re-read one weight matrix (`kbench bench --full --peer ggml -k rotate_mib=0`), and the
 quantized kernels against the read floor of the same weight bytes (`kbench probe read_floor`).
 
@@ -88,6 +89,27 @@ def quantized_rows(runs: dict, floor: dict[str, float]) -> list[str]:
     return rows
 
 
+def batch_rows(runs: dict) -> list[str]:
+    """Batches of 2, 4, 8 vectors (`kbench bench --full --peer torch -k n_vecs=`): kbench against the torch peer."""
+    kb, pt = runs.get("kbench", {}), runs.get("torch-cuda", {})
+    rows = []
+    for d in QDTYPES:
+        for rows_, cols in SHAPES:
+            for nv in (2, 4, 8):
+                cid = f"quantized_matmul[n_rows={rows_},n_cols={cols},rotate_mib=256,n_vecs={nv},dtype={d}]"
+                r = kb.get(cid)
+                if r is None:
+                    continue
+                weights = r["bytes"] - 4 * nv * (rows_ + cols)
+                cells = [f"{d} {rows_}x{cols} x{nv}", f"{spread(r)}, {weights / us(r) / 1e3:.0f} GB/s of weights"]
+                p = pt.get(cid)
+                cells.append(f"torch {spread(p)}: {'beaten' if us(r) < us(p) else '**not beaten**'} "
+                             f"({us(p) / us(r):.2f}x)" if p else "no torch record")
+                cells.append(clock_note(r))
+                rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
 def matmul_rows(runs: dict) -> list[str]:
     kb, pt, gg = runs.get("kbench", {}), runs.get("torch-cuda", {}), runs.get("ggml", {})
     rows = []
@@ -122,6 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|")
     print("\n".join(quantized_rows(runs, floor)))
     print()
+    batches = batch_rows(runs)
+    if batches:
+        print("| quantized_matmul, a batch of vectors | kbench, rotating 256 MiB of copies | torch peer (fp32 mm of the "
+              "dequantized weights) | clock |")
+        print("|---|---|---|---|")
+        print("\n".join(batches))
+        print()
     print("| matrix product | kbench | torch | ggml | clock |")
     print("|---|---|---|---|---|")
     print("\n".join(matmul_rows(runs)))

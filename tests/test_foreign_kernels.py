@@ -347,6 +347,8 @@ def test_a_q4_0_decoder_with_interleaved_nibbles_is_reported_as_fail(tree):
         right.close()
         wrong.close()
     assert all(r["status"] == "pass" for r in good), [(r["case_id"], r["reason"]) for r in good]
+    # the batch instance too: a batch runs the declared kernel once per vector, never kbench's own
+    assert any("n_vecs=3" in r["case_id"] for r in bad), [r["case_id"] for r in bad]
     assert all(r["status"] == "fail" and "NMSE" in r["reason"] for r in bad), \
         [(r["case_id"], r["status"], r["reason"]) for r in bad]
     assert all(r["status"] == "unsupported" and "no kernel for Q8_0" in r["reason"] for r in other), \
@@ -361,8 +363,11 @@ def test_a_grid_that_misses_the_output_is_an_error_before_any_dispatch(tree):
         assert be.cache_stats()["cached_algorithms"] == 0, "a refused call still built a pipeline"
     finally:
         be.close()
-    (rec,) = recs
-    assert rec["status"] == "error" and "launches 1 workgroups, but the output needs 17" in rec["reason"], rec["reason"]
+    # one vector, and a batch of 3 (the declared kernel once per vector): both refused
+    assert len(recs) == 2, [r["case_id"] for r in recs]
+    for rec in recs:
+        assert rec["status"] == "error" and "launches 1 workgroups, but the output needs 17" in rec["reason"], \
+            (rec["case_id"], rec["reason"])
 
 
 def test_custom_op_with_its_own_reference_passes_and_a_wrong_reference_fails(tree):
@@ -464,7 +469,7 @@ def test_kbench_kernels_checks_a_declaration_and_lists_it_without_running_it(tre
     assert main(["kernels", str(decl), "--source", str(tree)]) == 0
     out = capsys.readouterr().out
     assert "4 kernel(s) checked against their shaders" in out and "q4_0_swapped" in out, out
-    assert f"mine/swapped@{PIN[:7]}: 4 validate case(s)" in out, out
+    assert f"mine/swapped@{PIN[:7]}: 5 validate case(s)" in out, out
     decl.write_text(HEADER + ADD_KERNEL.replace('value = "size" }]', 'value = "size" }, { name = "x", type = "uint32", value = 1 }]'))
     assert main(["kernels", str(decl), "--source", str(tree)]) == 2
     err = capsys.readouterr().err

@@ -51,3 +51,15 @@ def test_a_run_with_kernel_options_is_not_taken_for_the_defaults(tmp_path, capsy
     mod = _script()
     assert mod.load([str(f)]) == {}
     assert "skipped, kernel options" in capsys.readouterr().err
+
+
+def test_batches_of_vectors_are_paired_with_the_torch_peer_and_count_only_weight_bytes(tmp_path, capsys):
+    cid = "quantized_matmul[n_rows=14336,n_cols=4096,rotate_mib=256,n_vecs=8,dtype=Q4_0]"
+    kb = tmp_path / "a.jsonl"
+    kb.write_text(json.dumps(_rec(cid, "kbench", 66208.0, bytes=33103872 + 4 * 8 * (14336 + 4096))))
+    pt = tmp_path / "a-torch-cuda.jsonl"
+    pt.write_text(json.dumps(_rec(cid, "torch-cuda", 50000.0)))
+    assert _script().main([str(kb), str(pt)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| Q4_0 14336x4096 x8"))
+    assert "66.2 us" in row and "500 GB/s of weights" in row, row
+    assert "torch 50.0 us [49.5-51.0]: **not beaten** (0.76x)" in row, row

@@ -414,16 +414,22 @@ class VulkanBackend(ComputeBackend):
         rb = row_bytes(dtype, n_cols)
         if n_rows * rb > 0xFFFFFFFF:
             raise ValueError(f"quantized_matmul: {n_rows} rows of {rb} bytes exceed the kernel's 4 GiB byte offsets")
-        if kernel.vectors != n_vecs:
-            # a GGUF kernel takes one vector: each through scratch copies of its x and y
-            xs = BufferHandle(self._scratch(4 * n_cols, "qmatvec_xv"), 4 * n_cols)
-            ys = BufferHandle(self._scratch(4 * n_rows, "qmatvec_yv"), 4 * n_rows)
-            for v in range(n_vecs):
-                self._copy_buffer_offset(input, xs, 4 * v * n_cols, 0, 4 * n_cols)
-                self._qmatvec_dispatch(kernel, weights, xs, ys, n_rows, n_cols, dtype)
-                self._copy_buffer_offset(ys, output, 0, 4 * v * n_rows, 4 * n_rows)
+        if kernel.vectors != n_vecs:  # a GGUF kernel takes one vector
+            self._each_vector(lambda xs, ys: self._qmatvec_dispatch(kernel, weights, xs, ys, n_rows, n_cols, dtype),
+                              input, output, n_rows, n_cols, n_vecs)
             return
         self._qmatvec_dispatch(kernel, weights, input, output, n_rows, n_cols, dtype)
+
+    def _each_vector(self, product: Callable[[BufferHandle, BufferHandle], None], input: BufferHandle,
+                     output: BufferHandle, n_rows: int, n_cols: int, n_vecs: int) -> None:
+        """A batch of n_vecs products by a kernel that takes one vector: ``product(x, y)`` on scratch
+        copies of each vector's x and y."""
+        xs = BufferHandle(self._scratch(4 * n_cols, "qmatvec_xv"), 4 * n_cols)
+        ys = BufferHandle(self._scratch(4 * n_rows, "qmatvec_yv"), 4 * n_rows)
+        for v in range(n_vecs):
+            self._copy_buffer_offset(input, xs, 4 * v * n_cols, 0, 4 * n_cols)
+            product(xs, ys)
+            self._copy_buffer_offset(ys, output, 0, 4 * v * n_rows, 4 * n_rows)
 
     def _qmatvec_dispatch(self, kernel: QMatvecKernel, weights: BufferHandle, input: BufferHandle,
                           output: BufferHandle, n_rows: int, n_cols: int, dtype: DType) -> None:

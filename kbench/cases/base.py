@@ -110,6 +110,9 @@ class Case:
     #: bench instances run only with `kbench bench --full` (the largest sizes, the less used
     #: weight types at model shapes: run time, and nothing the default set does not show)
     full_only: Callable[[Params], bool] = _never
+    #: parameter sets (a size with axis values) not declared at all, in any mode: a size that
+    #: only some axis values have (batches of vectors for the main weight types only)
+    omit: Callable[[Params], bool] = _never
     #: the headline instance(s) `kbench bench --quick` runs: parameter values they have (a tuple
     #: value: any of these), one size; None: not a headline case. On a device the size does not
     #: fit (a CPU driver's size limit) the largest bench size before it that fits stands in
@@ -165,6 +168,8 @@ class Case:
             for combo in combos:
                 params = dict(size)
                 params.update(zip(names, combo))
+                if self.omit(params):
+                    continue
                 if mode == "bench" and sizes != "full" and self.full_only(params):
                     continue
                 if mode == "bench" and sizes == "quick" and not self._quick_axes_match(params):

@@ -236,11 +236,17 @@ def _qmm_generate(p: Params, rng: np.random.Generator) -> Arrays:
     rows, cols = int(p["n_rows"]), int(p["n_cols"])
     w = uniform(rng, rows * cols).reshape(rows, cols)
     raw = quant.quantize(w, p["dtype"])
-    return {"w": np.frombuffer(raw, dtype=np.uint8).copy(), "x": uniform(rng, cols)}
+    return {"w": np.frombuffer(raw, dtype=np.uint8).copy(), "x": uniform(rng, _qmm_vecs(p) * cols)}
+
+
+def _qmm_vecs(p: Params) -> int:
+    """Vectors per call: a small-batch decode's tokens (1 where the instance does not say)."""
+    return int(p.get("n_vecs", 1))
 
 
 def _qmm_reference(inp: Arrays, p: Params) -> Arrays:
-    return {"y": ref.quantized_matmul(inp["w"], inp["x"], p["dtype"], int(p["n_rows"]), int(p["n_cols"]))}
+    return {"y": ref.quantized_matmul(inp["w"], inp["x"], p["dtype"], int(p["n_rows"]), int(p["n_cols"]),
+                                      _qmm_vecs(p))}
 
 
 def _qmm_copies(p: Params) -> int:
@@ -255,7 +261,7 @@ def _qmm_setup(t: Any, inp: Arrays, p: Params) -> dict:
     bufs = BackendBuffers(t.backend)
     ws = [bufs.upload(inp["w"]) for _ in range(_qmm_copies(p))]
     return {"bufs": bufs, "ws": ws, "next": 0, "x": bufs.upload(inp["x"]),
-            "y": bufs.guarded(4 * int(p["n_rows"]))}
+            "y": bufs.guarded(4 * _qmm_vecs(p) * int(p["n_rows"]))}
 
 
 def _qmm_launch(t: Any, s: dict, p: Params) -> None:
@@ -264,7 +270,7 @@ def _qmm_launch(t: Any, s: dict, p: Params) -> None:
     w = s["ws"][s["next"]]
     s["next"] = (s["next"] + 1) % len(s["ws"])
     t.backend.quantized_matmul(w, s["x"], s["y"].handle, int(p["n_rows"]), int(p["n_cols"]),
-                               DType.coerce(p["dtype"]))
+                               DType.coerce(p["dtype"]), n_vecs=_qmm_vecs(p))
 
 
 def _qmm_weight_bytes(p: Params) -> int:
@@ -274,7 +280,8 @@ def _qmm_weight_bytes(p: Params) -> int:
 
 
 def _qmm_buffers(p: Params) -> dict[str, int]:
-    return {"weights": _qmm_weight_bytes(p), "input": 4 * int(p["n_cols"]), "output": 4 * int(p["n_rows"])}
+    nv = _qmm_vecs(p)
+    return {"weights": _qmm_weight_bytes(p), "input": 4 * nv * int(p["n_cols"]), "output": 4 * nv * int(p["n_rows"])}
 
 
 QUANTIZED_MATMUL = Case(
@@ -282,19 +289,25 @@ QUANTIZED_MATMUL = Case(
     description="y[r] = sum_c dequant(W)[r,c] * x[c], W raw GGUF blocks",
     generate=_qmm_generate, reference=_qmm_reference, setup=_qmm_setup, launch=_qmm_launch,
     collect=read_back("y"), teardown=teardown,
-    validate_sizes=tuple({"n_rows": r, "n_cols": c} for r, c in ((1, 256), (3, 512), (17, 768), (64, 1024))),
+    validate_sizes=tuple({"n_rows": r, "n_cols": c} for r, c in ((1, 256), (3, 512), (17, 768), (64, 1024)))
+    + ({"n_rows": 17, "n_cols": 768, "n_vecs": 3},),
     # 1024 x 4096: a small model's projection (keeps CPU-driver benches quick); then Llama-3-8B's FFN shapes
     # (the model shapes rotate through >= 256 MiB of weight copies: cold L2, as in a model's layers); with
     # --full also the same shapes re-reading one matrix (rotate_mib=0), the way ggml's perf mode times them,
     # so that the ggml peer has a like-for-like row (a 33 MB matrix may stay in a 50 MB L2)
+    # and (--full, the main weight types) batches of 2, 4 and 8 vectors at the model shapes: a small-batch decode
     bench_sizes=({"n_rows": 1024, "n_cols": 4096}, {"n_rows": 4096, "n_cols": 14336, "rotate_mib": 256},
                  {"n_rows": 14336, "n_cols": 4096, "rotate_mib": 256},
-                 {"n_rows": 4096, "n_cols": 14336, "rotate_mib": 0}, {"n_rows": 14336, "n_cols": 4096, "rotate_mib": 0}),
+                 {"n_rows": 4096, "n_cols": 14336, "rotate_mib": 0}, {"n_rows": 14336, "n_cols": 4096, "rotate_mib": 0})
+    + tuple({"n_rows": r, "n_cols": c, "rotate_mib": 256, "n_vecs": nv}
+            for nv in (2, 4, 8) for r, c in ((4096, 14336), (14336, 4096))),
     axes={"dtype": QMATMUL_DTYPES},
-    full_only=lambda p: "rotate_mib" in p and (not p["rotate_mib"] or p["dtype"] not in QMATMUL_MAIN_DTYPES),
+    full_only=lambda p: "rotate_mib" in p and (not p["rotate_mib"] or p["dtype"] not in QMATMUL_MAIN_DTYPES
+                                               or _qmm_vecs(p) > 1),
+    omit=lambda p: _qmm_vecs(p) > 1 and p["dtype"] not in QMATMUL_MAIN_DTYPES,
     quick={"n_rows": 14336, "n_cols": 4096, "dtype": QMATMUL_MAIN_DTYPES},
     ops=("quantized_matmul",), tolerance=MATMUL_TOL,
-    buffers=_qmm_buffers, flops=lambda p: 2 * int(p["n_rows"]) * int(p["n_cols"]),
+    buffers=_qmm_buffers, flops=lambda p: 2 * _qmm_vecs(p) * int(p["n_rows"]) * int(p["n_cols"]),
     # the weight copies the calls rotate through stay resident beside the one a call reads
     footprint=lambda p: sum(_qmm_buffers(p).values()) + (_qmm_copies(p) - 1) * _qmm_weight_bytes(p),
     peak="copy_bandwidth", cycle=_qmm_copies,

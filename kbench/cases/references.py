@@ -43,10 +43,12 @@ def matmul(a: np.ndarray, b: np.ndarray, m: int, n: int, k: int) -> np.ndarray:
     return (f64(a).reshape(m, k) @ f64(b).reshape(k, n)).ravel()
 
 
-def quantized_matmul(w_raw: np.ndarray, x: np.ndarray, dtype: str, rows: int, cols: int) -> np.ndarray:
+def quantized_matmul(w_raw: np.ndarray, x: np.ndarray, dtype: str, rows: int, cols: int, n_vecs: int = 1) -> np.ndarray:
+    """W x for each of the n_vecs vectors of x (back to back): the products back to back."""
     from kbench import quant
 
-    return f64(quant.dequantize(w_raw.tobytes(), dtype, (rows, cols))) @ f64(x)
+    w = f64(quant.dequantize(w_raw.tobytes(), dtype, (rows, cols)))
+    return (f64(x).reshape(n_vecs, cols) @ w.T).reshape(-1)
 
 
 def attn_score(q: np.ndarray, k_cache: np.ndarray, head: int, kv_head: int, head_dim: int, seq_len: int,

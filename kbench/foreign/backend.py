@@ -112,6 +112,12 @@ class ForeignBackend(VulkanBackend):
             scalars["dtype"] = int(dt.value)
         self._launch(loaded, buffers, scalars)
 
+    def _quantized_matmul_vecs(self, weights: BufferHandle, input: BufferHandle, output: BufferHandle,
+                               n_rows: int, n_cols: int, dtype: DType, n_vecs: int) -> None:
+        # a declared kernel takes one vector (its formulas know no n_vecs): never kbench's own batch kernel
+        self._each_vector(lambda xs, ys: self._quantized_matmul(weights, xs, ys, n_rows, n_cols, dtype),
+                          input, output, n_rows, n_cols, n_vecs)
+
     def run_custom(self, op: str, buffers: dict[str, BufferHandle], params: dict[str, Any]) -> None:
         """Run the declared kernel of custom op ``op`` (declared under ``[op.<name>]``) on
         ``buffers`` (its inputs and outputs by name) for case parameters ``params``."""
