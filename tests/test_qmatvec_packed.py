@@ -393,7 +393,7 @@ def test_repack_and_product_spread_their_grids_past_the_x_limit(xq):
         p.check(f"1000 x 256 on a spread grid, xq={xq}")
 
 
-def test_the_automatic_choice_keeps_gguf_for_q4_k_until_it_is_timed(monkeypatch):
+def test_the_automatic_choice_keeps_gguf_for_one_q4_k_vector_and_packs_q4_k_batches(monkeypatch):
     # the packed Q4_K kernel runs on request (layout="packed") but has no H200 timing yet: the
     # automatic layout repacks only QMATVEC_PACKED_AUTO_DTYPES
     assert DType.Q4_K in QMATVEC_PACKED_DTYPES and DType.Q4_K not in QMATVEC_PACKED_AUTO_DTYPES
@@ -403,6 +403,8 @@ def test_the_automatic_choice_keeps_gguf_for_q4_k_until_it_is_timed(monkeypatch)
         k = gpu.qmatvec(DType.Q4_K, n_cols, n_rows)
         assert not k.packed and k.spv.startswith("qmatvec_fast.q4_k."), f"{n_rows} x {n_cols}: expected GGUF's, got {k}"
         assert gpu.qmatvec(DType.Q6_K, n_cols, n_rows).packed, "the timed formats are still repacked"
+        batch = gpu.qmatvec(DType.Q4_K, n_cols, n_rows, 4)
+        assert batch.packed and batch.vectors == 4, f"a batch takes the packed kernel, all vectors at once: {batch}"
     gpu.configure_qmatvec(layout="packed")
     k = gpu.qmatvec(DType.Q4_K, 4096, 14336)
     assert k.packed and k.spv == "qmatvec_packed.q4_k.xwg.sg.spv", k

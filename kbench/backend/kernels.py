@@ -1005,7 +1005,7 @@ class KernelPolicy:
         for the GGUF kernels)."""
         cfg = self.qmatvec_config
         name = QMATVEC_DTYPES[dtype]
-        if dtype in QMATVEC_PACKED_DTYPES and self._qmatvec_layout(dtype, n_cols, n_rows) == "packed":
+        if dtype in QMATVEC_PACKED_DTYPES and self._qmatvec_layout(dtype, n_cols, n_rows, n_vecs) == "packed":
             return self._qmatvec_packed(dtype, n_cols, n_rows, n_vecs)
         choice = cfg.get("kernel", "auto")
         fast = self.qmatvec_fast_ok(dtype) if choice == "auto" else choice == "fast"
@@ -1087,12 +1087,16 @@ class KernelPolicy:
     #: in device memory (made on its first use)
     QMATVEC_LAYOUT = "packed"
 
-    def _qmatvec_layout(self, dtype: DType, n_cols: int, n_rows: int) -> str:
+    def _qmatvec_layout(self, dtype: DType, n_cols: int, n_rows: int, n_vecs: int = 1) -> str:
         cfg = self.qmatvec_config
         if "layout" in cfg:
             return cfg["layout"]
         plain = not ({"kernel", "staged", "dot", "xq", "teams"} & set(cfg))  # the other knobs pick GGUF kernels
-        if (self.QMATVEC_LAYOUT == "packed" and plain and dtype in QMATVEC_PACKED_AUTO_DTYPES
+        # batches: every packed format, since its kernel takes all vectors in one pass over the
+        # weights where the GGUF kernels take one vector per pass (Q4_K: 117 against 40 us for
+        # Q4_0 at 4 vectors on the H100, docs/kernel-choices.md)
+        packs = QMATVEC_PACKED_AUTO_DTYPES if n_vecs == 1 else QMATVEC_PACKED_DTYPES
+        if (self.QMATVEC_LAYOUT == "packed" and plain and dtype in packs
                 and self.qmatvec_fast_ok(dtype) and self.has_int_dot and n_rows * n_cols >= self.QMATVEC_DOT_MIN_ELEMS):
             return "packed"
         return "gguf"
