@@ -278,3 +278,20 @@ def test_validation_layer_messages_fail_a_passing_case():
     rec = run_instance(get_case("add").instances("validate")[0], t)
     assert rec["status"] == "fail" and "VUID-vkCmdDispatch-None-02697" in rec["reason"], rec["reason"]
     assert rec["validation_messages"] == stub.messages
+
+
+def test_quantized_matmul_batches_are_declared_for_the_main_weight_types_only_and_run_with_full():
+    from kbench.cases.op_helpers import QMATMUL_MAIN_DTYPES
+
+    case = get_case("quantized_matmul")
+    full = [i.params for i in case.instances("bench", sizes="full") if i.params.get("n_vecs")]
+    assert {p["dtype"] for p in full} == set(QMATMUL_MAIN_DTYPES), "omit: no batch of the other weight types"
+    assert {p["n_vecs"] for p in full} == {2, 4, 8} and len(full) == 3 * 2 * len(QMATMUL_MAIN_DTYPES), full
+    assert not any(i.params.get("n_vecs") for i in case.instances("bench")), "batches run only with --full"
+    p = full[0]
+    assert case.flops(p) == 2 * p["n_vecs"] * p["n_rows"] * p["n_cols"]
+    assert case.buffers(p)["output"] == 4 * p["n_vecs"] * p["n_rows"], "every vector's outputs are counted"
+    batch = next(i for i in case.instances("validate") if i.params.get("n_vecs") == 3 and i.params["dtype"] == "Q4_0")
+    inputs = case.generate(batch.params, np.random.default_rng(5))
+    y = case.reference(inputs, batch.params)["y"]
+    assert y.shape == (3 * 17,), f"the reference gives 3 products of 17 rows back to back, got {y.shape}"
