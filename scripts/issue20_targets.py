@@ -58,6 +58,12 @@ def us(r: dict) -> float:
     return (r.get("gpu_ns") or r["host_ns"])["median"] / 1e3
 
 
+def timed_weights(r: dict, rows: int, cols: int, n_vecs: int = 1) -> str:
+    """The record's time and GB/s of weight bytes (its bytes less x and y, 4 bytes an element)."""
+    weights = r["bytes"] - 4 * n_vecs * (rows + cols)
+    return f"{spread(r)}, {weights / us(r) / 1e3:.0f} GB/s of weights"
+
+
 def verdict(ratio: float, need: float) -> str:
     return f"{ratio:.2f}x ({'met' if ratio >= need else '**not met**'}, need {need}x)"
 
@@ -74,8 +80,7 @@ def quantized_rows(runs: dict, floor: dict[str, float]) -> list[str]:
             if r is None:
                 cells += ["not run", "", "", ""]
             else:
-                weights = r["bytes"] - 4 * (rows_ + cols)
-                cells.append(f"{spread(r)}, {weights / us(r) / 1e3:.0f} GB/s of weights")
+                cells.append(timed_weights(r, rows_, cols))
                 f_us = floor.get(FLOOR_LABEL[d])
                 cells.append(verdict(f_us / us(r), TARGETS["quant_floor"]) + f" of the floor {f_us:.2f} us"
                              if f_us else "floor not measured")
@@ -100,8 +105,7 @@ def batch_rows(runs: dict) -> list[str]:
                 r = kb.get(cid)
                 if r is None:
                     continue
-                weights = r["bytes"] - 4 * nv * (rows_ + cols)
-                cells = [f"{d} {rows_}x{cols} x{nv}", f"{spread(r)}, {weights / us(r) / 1e3:.0f} GB/s of weights"]
+                cells = [f"{d} {rows_}x{cols} x{nv}", timed_weights(r, rows_, cols, nv)]
                 p = pt.get(cid)
                 cells.append(f"torch {spread(p)}: {'beaten' if us(r) < us(p) else '**not beaten**'} "
                              f"({us(p) / us(r):.2f}x)" if p else "no torch record")

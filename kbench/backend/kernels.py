@@ -926,7 +926,7 @@ class KernelPolicy:
         byte dot per weight word instead of two, x's error about 3e-5 NMSE against float64: a faster,
         less exact kernel, never the automatic choice), ``x_chunk`` (with ``xq`` "workgroup": columns of x
         each workgroup holds in shared memory at a time, a multiple of 32 (Q4_K: 64); default: all of x
-        where it fits, else the largest chunk that does, see QMATVEC_PACKED_X_CHUNKS); other formats keep
+        where it fits, else the largest chunk that does, see QMATVEC_PACKED_MIN_X_CHUNK); other formats keep
         the GGUF kernels."""
         cfg = dict(config or {}, **knobs)
         unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot", "xq",
@@ -1172,8 +1172,9 @@ class KernelPolicy:
             step = lanes * unroll
             return min(nu, room // step * step or room // lanes * lanes or room)
 
-        if (xq == "workgroup" and "xq" not in cfg and x_bits == 16 and room_units(rows, wg) < nu
-                and 32 * ux * auto_chunk(room_units(rows, wg)) < self.QMATVEC_PACKED_MIN_X_CHUNK):
+        room = room_units(rows, wg)
+        if (xq == "workgroup" and "xq" not in cfg and x_bits == 16 and room < nu
+                and 32 * ux * auto_chunk(room) < self.QMATVEC_PACKED_MIN_X_CHUNK):
             xq = "dispatch"  # short chunks of x: a first dispatch quantizes it instead
         while rows > 1 and not fits(rows, wg):
             rows //= 2
@@ -1192,13 +1193,13 @@ class KernelPolicy:
             room = room_units(rows, wg)
             if cfg.get("x_chunk"):
                 chunk = int(cfg["x_chunk"]) // (32 * ux)
-                if chunk < 1 or int(cfg["x_chunk"]) % (32 * ux):
+                if int(cfg["x_chunk"]) % (32 * ux):
                     raise ValueError(f"quantized_matmul: x_chunk={cfg['x_chunk']} is not a positive multiple of "
                                      f"{32 * ux} columns (the {dtype.name} kernel's unit)")
                 if min(chunk, nu) > room:
                     raise ValueError(f"quantized_matmul: x_chunk={cfg['x_chunk']} columns of {nx} vector(s) do not "
                                      f"fit in shared memory beside the partial sums: at most {32 * ux * room}")
-            elif room < nu:
+            elif room < nu:  # else all of x, held whole
                 chunk = auto_chunk(room)
             chunk = min(chunk, nu)
         x_shared = xq == "workgroup"
