@@ -17,6 +17,9 @@
 #         third_party/ggml-bin-full/test-backend-ops, its build.json, and lib/ with the build machine's
 #         libstdc++.so.6 and libgomp.so.1 (real files) for a device whose own are older.
 #         Then: python scripts/issue20_targets.py RUNS... --read-floor read_floor.log
+# ablate: where the packed kernel's time goes: the automatic kernel beside its ablated twins (cut: variants of
+#         `kbench probe qmatvec`: no x quantization, no decoding and dots, no weight loads) and the shapes of
+#         $VARIANTS, with the driver's registers per invocation (--stats), and the pipeline-statistics tests
 # Writes result runs and logs under $OUT (at most 8 files come back).
 set -u
 source .gl/device-env.sh
@@ -66,7 +69,7 @@ elif [ "$what" = round3 ]; then
   timeout ${BATCH_S:-200} python3 -m kbench bench --full --peer torch --quiet --out "$out/b" -k "rotate_mib=256,n_vecs=" \
     > "$out/bench-batches.log" 2>&1
   tail -4 "$out/bench-batches.log"
-  timeout 60 python3 -m kbench.probes qmatvec --vecs 2 4 8 --x-bits 16 8 --dtypes Q4_0 --repeats 3 > "$out/probe_vecs.log" 2>&1
+  timeout 90 python3 -m kbench.probes qmatvec --vecs 1 2 4 8 --x-bits 16 8 --dtypes Q4_0 --repeats 3 > "$out/probe_vecs.log" 2>&1
   tail -16 "$out/probe_vecs.log"
   ggml_binary third_party/ggml-carry
   g=()
@@ -76,6 +79,15 @@ elif [ "$what" = round3 ]; then
     > "$out/ggml-bench.log" 2>&1
   tail -8 "$out/ggml-bench.log"
   tar czf "$out/runs.tgz" -C "$out" b && rm -rf "$out/b"
+elif [ "$what" = ablate ]; then
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+  KBENCH_VALIDATION=0 timeout ${TESTS_S:-60} python3 -m pytest tests/test_runtime_pipeline_statistics.py -q -rs \
+    -p no:cacheprovider > "$out/tests.log" 2>&1
+  tail -3 "$out/tests.log"
+  timeout ${PROBE_S:-300} python3 -m kbench.probes qmatvec --stats --repeats 3 --dtypes ${DTYPES:-Q4_0 Q8_0 Q6_K} \
+    --variants auto cut:x:auto cut:dots:auto cut:x+dots:auto cut:loads:auto cut:x+loads+dots:auto ${VARIANTS:-} \
+    > "$out/probe_ablate.log" 2>&1
+  cat "$out/probe_ablate.log"
 elif [ "$what" = batches ]; then
   mkdir -p "$out/b"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1

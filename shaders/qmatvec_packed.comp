@@ -203,6 +203,14 @@ void quantize_block(uint src, uint b) {
 #endif
 
 void fetch(uint blk, uint b, out uvec4 q[NQ], out uint extra, out DT d) {
+#if defined(CUT_LOADS)
+    for (uint i = 0u; i < NQ; ++i) {
+        q[i] = uvec4(blk * 0x9E3779B9u + i, b * 0x85EBCA6Bu, blk ^ b, blk + i);
+    }
+    extra = blk ^ 0x5A5A5A5Au;
+    d = DT(float(b & 7u) * 0.125);
+    return;
+#endif
 #if defined(QT_Q4_K)
     // unit b & 3 of the block: quants 2 (b & 3), + 1, its scale/min word, the block's d | dmin word
     uint u = b & 3u;
@@ -342,6 +350,17 @@ void team_units(uint tl, uint row0, uint nu, uint c0, uint c1, bool loaded) {
             if (b >= c1) {
                 break;
             }
+#if defined(CUT_DOTS)
+            for (uint r = 0u; r < ROWS; ++r) {
+                uint k = u * ROWS + r;
+                uvec4 h = uvec4(extra_next[k]);
+                for (uint i = 0u; i < NQ; ++i) {
+                    h ^= q_next[k][i];
+                }
+                acc[r * NX] += float((h.x ^ h.y ^ h.z ^ h.w) & 0xFFFFu) + vec2(d_next[k]).x;
+            }
+            continue;
+#endif
             // row r, x block s of the unit at r * UX + s (flat: arrays [ROWS][UX], a row's [UX] passed
             // to decode as an out array, lost their [1] entries on lavapipe, seen with ROWS = 2)
             uvec4 wa[ROWS * UX], wb[ROWS * UX];
@@ -485,10 +504,12 @@ void main() {
                     barrier();  // every team is done with the chunk held now
                 }
                 uint cb = (c1 - c0) * UX;  // the chunk's blocks per vector
+#if !defined(CUT_X)
                 for (uint i = lid; i < NX * cb; i += gl_WorkGroupSize.x) {
                     uint v = i / cb, j = i - v * cb;
                     quantize_block(v * nb + c0 * UX + j, v * BLOCKS + j);
                 }
+#endif
                 barrier();
                 held = c0;
             }

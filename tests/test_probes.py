@@ -67,3 +67,41 @@ def test_the_qmatvec_probe_puts_eight_bit_x_beside_the_automatic_kernel_on_batch
     assert len(rows) == 4 and len(x8) == 2, f"a 16-bit and an 8-bit row per shape expected:\n{out}"
     # 8-bit x: its own error, well above the 16-bit kernels' and within the probe's limit
     assert all(1e-7 < float(r[-2]) < 1e-4 for r in x8), f"8-bit x rows off: {x8}"
+
+
+def test_the_qmatvec_probe_times_ablated_twins_and_restores_the_real_kernel_after_them(capsys):
+    if not _has_int_dot():
+        pytest.skip("the device has no shaderIntegerDotProduct (the packed kernel needs it)")
+    assert main(["probe", "qmatvec", "--small", "--dtypes", "Q4_0", "--repeats", "1", "--variants", "packedw",
+                 "cut:x+dots:packedw", "cut:loads:packedw", "packedw:8:2"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith("Q4_0") and " us " not in line]
+    cut = [r for r in rows if r[2].startswith("cut:")]
+    real = [r for r in rows if not r[2].startswith("cut:")]
+    assert len(cut) == 4 and all("(cut)" in r for r in cut), f"an unchecked row per shape and cut expected:\n{out}"
+    # the rows after the cut ones ran the shipped kernel again: exact against float64
+    assert len(real) == 4 and all(float(r[7]) < 1e-8 for r in real), f"real kernels off after the cut ones:\n{out}"
+
+
+def test_a_cut_twin_is_the_shipped_packed_kernel_compiled_with_its_cut_defines():
+    if not _has_int_dot():
+        pytest.skip("the device has no shaderIntegerDotProduct (the packed kernel needs it)")
+    from kbench.backend import VulkanBackend
+    from kbench.probes.qmatvec import cut_kernel, restore_kernel
+    from kbench.quant import DType
+
+    be = VulkanBackend()
+    try:
+        be._policy.configure_qmatvec({"layout": "packed", "xq": "workgroup"})
+        shipped = be._policy.qmatvec(DType.Q4_0, 512, 96)
+        twins = []
+        for cut in (("dots",), ("loads",), ("x",)):
+            twins.append(cut_kernel(be, shipped, cut))
+            assert be._policy.qmatvec(DType.Q4_0, 512, 96) is twins[-1], "the policy does not hand out the twin"
+        restore_kernel(be)
+        assert be._policy.qmatvec(DType.Q4_0, 512, 96) == shipped, "restore_kernel left a twin in place"
+        codes = {t.spirv() for t in twins} | {shipped.spirv()}
+        assert len(codes) == 4, "a cut twin compiled to the shipped SPIR-V or to another twin's: the defines did nothing"
+        assert len({t.spv for t in twins} | {shipped.spv}) == 4, "twins share a pipeline-cache key"
+    finally:
+        be.close()

@@ -31,11 +31,17 @@ workgroups per compute unit taking several row groups each (0: one per row group
 policy's), noprefetch: a workgroup's first loads wait until x is quantized; packedw: the same
 with x quantized by every workgroup into shared memory instead (xq="workgroup").  Q4_K's packed
 kernel is a choice of these variants only (the automatic choice keeps GGUF's until it is timed).
+cut:PARTS:<spec> (PARTS: x, loads, dots joined by +) times an ablated twin of a packed variant,
+compiled here from shaders/qmatvec_packed.comp with CUT_X (x not quantized: workgroup-x variants),
+CUT_LOADS (no weight loads) or CUT_DOTS (no decoding or dot products): what is left of the time
+says where it goes (its NMSE is meaningless and not checked).  --stats adds the driver's statistics
+of every variant's pipeline (registers per invocation on NVIDIA) where the device reports them.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import time
@@ -44,7 +50,8 @@ import numpy as np
 
 
 from kbench.backend import VulkanBackend
-from kbench.backend.kernels import QMATVEC_PACKED_DTYPES, KernelPolicy
+from kbench.backend.kernels import QMATVEC_PACKED_DTYPES, KernelPolicy, QMatvecKernel
+from kbench.runtime import UnsupportedFeatureError
 from kbench.quant import DType, dequantize, quantize, row_bytes
 
 DTYPES = [DType.Q4_0, DType.Q8_0, DType.Q4_K, DType.Q6_K]
@@ -83,6 +90,12 @@ def parse_variant(spec: str) -> dict:
         return {"kernel": spec}
     if spec.startswith("raw:stream:"):  # Q4_0 only: 16-byte loads of the rows, nothing else
         return dict(parse_variant("fast:" + spec[len("raw:stream:"):]), raw="stream")
+    if spec.startswith("cut:"):  # an ablated twin of a packed variant (cut_kernel)
+        _, parts, inner = spec.split(":", 2) if spec.count(":") >= 2 else (None, "", "")
+        cut = tuple(sorted(set(parts.split("+"))))
+        if not inner or not set(cut) <= set(CUTS):
+            raise SystemExit(f"bad variant {spec!r}: cut:PARTS:<packed spec>, PARTS from {'+'.join(CUTS)}")
+        return dict(parse_variant(inner), cut=cut)
     if spec.startswith("raw:"):  # Q4_0 only: the same loads as fast:/staged: without decoding
         return dict(parse_variant(spec[4:]), raw="loads")
     parts = spec.split(":")
@@ -173,9 +186,55 @@ def raw_kernel(be, kernel, kind="loads"):
     suffix = ".stream.raw.sg.spv" if kind == "stream" else ".raw.sg.spv"
     raw = Kernel(kernel.spv.replace(".sg.spv", suffix), kernel.spec, kernel.push)
     pol = be._policy
-    pol._probe_saved = pol.qmatvec
+    if not hasattr(pol, "_probe_saved"):  # a twin replacing a twin keeps the policy's own choice
+        pol._probe_saved = pol.qmatvec
     pol.qmatvec = lambda *a, **k: raw
     return raw
+
+
+#: what a cut: variant may take out of the packed kernel, and the define that does it
+CUTS = {"x": "CUT_X", "loads": "CUT_LOADS", "dots": "CUT_DOTS"}
+
+
+def cut_kernel(be, kernel, cut):
+    """Make the policy hand out ``kernel`` compiled with the CUT_* defines of ``cut`` (besides the
+    defines its shipped SPIR-V is built with, kbench.shaders.build) until reconfigured."""
+    from kbench.runtime import compile_source
+    from kbench.shaders.build import declared_outputs
+
+    out = next(o for o in declared_outputs() if o.name == kernel.spv)
+    defines = dict(d.split("=", 1) if "=" in d else (d, 1) for d in out.defines)
+    defines.update({CUTS[c]: 1 for c in cut})
+    code = compile_source(out.source.read_text(encoding="utf-8"), defines, out.target)
+    fields = {f.name: getattr(kernel, f.name) for f in dataclasses.fields(kernel)}
+    fields["spv"] = f"{kernel.spv}+cut:{'+'.join(cut)}"  # its own key in the backend's pipeline cache
+    ablated = _CutKernel(**fields, code=code)
+    pol = be._policy
+    if not hasattr(pol, "_probe_saved"):  # a twin replacing a twin keeps the policy's own choice
+        pol._probe_saved = pol.qmatvec
+    pol.qmatvec = lambda *a, **k: ablated
+    return ablated
+
+
+@dataclasses.dataclass(frozen=True)
+class _CutKernel(QMatvecKernel):
+    """A packed kernel's plan with SPIR-V compiled here (cut_kernel)."""
+
+    code: bytes = b""
+
+    def spirv(self) -> bytes:
+        return self.code
+
+
+def register_column(be, kernel) -> str:
+    """The driver's register count per invocation of ``kernel``'s pipeline ("-" where the device
+    reports no statistics or none by that name)."""
+    try:
+        execs = be.manager.pipeline_statistics(kernel.spirv(), np.asarray(kernel.spec, np.uint32))
+    except UnsupportedFeatureError:
+        return "-"
+    regs = [v for e in execs for k, v in e.statistics.items() if "register" in k.lower()]
+    return "/".join(str(r) for r in regs) or "-"
 
 
 def restore_kernel(be):
@@ -336,6 +395,8 @@ def main(argv=None) -> int:
                     help="also time a copy of the weight bytes and a 64-row dispatch (default: not with --small)")
     ap.add_argument("--warm-s", type=float, default=None, help="seconds of copies before timing, so "
                     "the GPU is at its boost clock (default 6; 0 with --small)")
+    ap.add_argument("--stats", action="store_true", help="a column of the driver's registers per invocation "
+                    "of each variant (VK_KHR_pipeline_executable_properties; '-' where the device has none)")
     ap.add_argument("--torch-only", action="store_true", help="only the torch.mv float16 peer figures")
     ap.add_argument("--vecs", type=int, nargs="+", default=None, metavar="N",
                     help="batches of N vectors (quantized_matmul n_vecs) with the automatic kernel, beside "
@@ -368,7 +429,8 @@ def main(argv=None) -> int:
     props = be.device_properties
     print(f"# device: {props['device_name']} ({props.get('driver_name')}, subgroup {props.get('subgroup_size')})")
     print(f"# auto policy picks per (dtype, shape) below; copy bandwidth for 'x copy': {args.copy_tbs} TB/s")
-    header = f"{'dtype':5} {'shape':>11} {'variant':22} {'spec':>15} {'us':>8} {'TB/s':>6} {'x copy':>6} {'NMSE':>9} timer  copy us  /copy"
+    header = (f"{'dtype':5} {'shape':>11} {'variant':22} {'spec':>15} {'us':>8} {'TB/s':>6} {'x copy':>6} {'NMSE':>9} "
+              f"timer  copy us  /copy" + (" regs" if args.stats else ""))
     warm_s = (0.0 if args.small else 6.0) if args.warm_s is None else args.warm_s
 
     def warm_up(seconds: float) -> None:
@@ -411,10 +473,14 @@ def main(argv=None) -> int:
                 for name, cfg in configs:
                     try:
                         restore_kernel(be)
-                        be._policy.configure_qmatvec({k: v for k, v in cfg.items() if k != "raw"})
+                        be._policy.configure_qmatvec({k: v for k, v in cfg.items() if k not in ("raw", "cut")})
                         kernel = be._policy.qmatvec(dtype, n_cols, n_rows)
-                        if cfg.get("layout") == "packed" and not kernel.packed:
+                        if (cfg.get("layout") == "packed" or cfg.get("cut")) and not kernel.packed:
                             continue  # a format without a packed kernel: it would time the GGUF one again
+                        if cfg.get("cut"):
+                            if "x" in cfg["cut"] and ".xwg" not in kernel.spv:
+                                continue  # x comes from a dispatch: nothing of it in this kernel to cut
+                            kernel = cut_kernel(be, kernel, cfg["cut"])
                         if cfg.get("raw"):
                             if dtype != DType.Q4_0 or not kernel.spv.endswith(".sg.spv"):
                                 continue
@@ -432,11 +498,14 @@ def main(argv=None) -> int:
                         spec += f"/g{kernel.max_groups}"
                     x8 = cfg.get("x_bits") == 8  # held to 8-bit x's own limit, ranked apart
                     limit = X8_NMSE_LIMIT if x8 else 1e-8
-                    flag = "" if err <= limit else "  <-- WRONG"
+                    flag = "" if err <= limit or cfg.get("cut") else "  <-- WRONG"
+                    err_text = "   (cut) " if cfg.get("cut") else f"{err:9.2e}"
+                    regs = f" {register_column(be, kernel):>5}" if args.stats else ""
                     print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} {name:22} {spec:>15} {ns / 1e3:8.2f} "
-                          f"{tbs:6.3f} {tbs / args.copy_tbs:6.2f} {err:9.2e} {timer} {copy_now / 1e3:8.2f} {ns / copy_now:6.2f}{flag}", flush=True)
+                          f"{tbs:6.3f} {tbs / args.copy_tbs:6.2f} {err_text} {timer} {copy_now / 1e3:8.2f} {ns / copy_now:6.2f}"
+                          f"{regs}{flag}", flush=True)
                     key = (dtype.name, n_rows, n_cols, "8-bit x" if x8 else "")
-                    if err <= limit and (key not in best or ns < best[key][1]):
+                    if err <= limit and not cfg.get("cut") and (key not in best or ns < best[key][1]):
                         best[key] = (name, ns, tbs, spec)
                 restore_kernel(be)
                 be._policy.configure_qmatvec({})

@@ -7,6 +7,7 @@ from .algorithm import Algorithm
 from .compiler import compile_source
 from .errors import (DeviceBusyError, DeviceLostError, OutOfDeviceMemoryError, ShaderCompileError, UnsupportedFeatureError,
                      ValidationError, VulkanError)
+from .executables import PipelineExecutable
 from .manager import Manager, list_devices
 from .ops import (AccessFlags, OpAlgoDispatch, OpBase, OpMemoryBarrier, OpMult, OpTensorCopy, OpTensorCopyRegion,
                   OpTensorFill, OpTensorRead, OpTensorSyncDevice, OpTensorSyncLocal, OpTensorWrite, PipelineStageFlags)
@@ -16,7 +17,7 @@ from .tensor import DataTypes, Tensor, TensorTypes
 __all__ = [
     "AccessFlags", "Algorithm", "DataTypes", "DeviceBusyError", "DeviceLostError", "Manager", "OpAlgoDispatch", "OpBase",
     "OpMemoryBarrier", "OpMult", "OpTensorCopy", "OpTensorCopyRegion", "OpTensorFill", "OpTensorRead",
-    "OpTensorSyncDevice", "OpTensorSyncLocal", "OpTensorWrite", "OutOfDeviceMemoryError", "PipelineStageFlags",
-    "Sequence", "ShaderCompileError", "Tensor", "TensorTypes", "UnsupportedFeatureError", "ValidationError",
-    "VulkanError", "compile_source", "list_devices",
+    "OpTensorSyncDevice", "OpTensorSyncLocal", "OpTensorWrite", "OutOfDeviceMemoryError", "PipelineExecutable",
+    "PipelineStageFlags", "Sequence", "ShaderCompileError", "Tensor", "TensorTypes", "UnsupportedFeatureError",
+    "ValidationError", "VulkanError", "compile_source", "list_devices",
 ]

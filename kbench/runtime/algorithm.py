@@ -120,10 +120,54 @@ def _check_local_size(info: ShaderInfo, spec: np.ndarray, props: dict) -> None:
                          f"maxComputeWorkGroupInvocations ({props['max_work_group_invocations']})")
 
 
-class Pipeline:
-    """Shader module + layouts + compute pipeline; shared by every Algorithm with the same key."""
+def reflect_compute(spirv: Any) -> tuple[bytes, ShaderInfo]:
+    """``spirv`` as bytes and its reflection, checked to be a compute shader kbench can bind:
+    TypeError for anything but bytes-like, ValueError for invalid SPIR-V or foreign bindings."""
+    spirv = bytes(spirv) if isinstance(spirv, (bytes, bytearray, memoryview)) else spirv
+    info = reflect(spirv)
+    if "main" not in info.entry_points:
+        raise ValueError(f"SPIR-V has no entry point 'main' (found {info.entry_points})")
+    for b in info.bindings:
+        if b.set != 0 or b.kind != "storage":
+            raise ValueError(f"the shader's binding {b.binding} is a {b.kind} resource in descriptor set {b.set}; "
+                             "kbench binds storage buffers in set 0 only (binding i is tensor i)")
+    return spirv, info
 
-    def __init__(self, mgr: "Manager", spirv: bytes, info: ShaderInfo, n_bindings: int, spec: np.ndarray):
+
+def check_device_support(info: ShaderInfo, props: dict) -> None:
+    """Refuse a shader needing a capability kbench does not enable, or a feature the device
+    (``props``: the Manager's device properties) lacks (UnsupportedFeatureError)."""
+    odd = unsupported_capabilities(info.capabilities)
+    if odd:
+        raise ValueError(f"the shader declares SPIR-V capability {', '.join(map(str, odd))}, which kbench does not "
+                         "enable for compute shaders (not every device has it)")
+    feats = props["features"]
+    for key, human in info.required_features():
+        if not feats.get(key, False):
+            raise UnsupportedFeatureError(f"the shader needs {human}, which {props['device_name']} does not support", human)
+
+
+def specialize(info: ShaderInfo, spec_consts: Any, props: dict, where: str) -> np.ndarray:
+    """The specialization constants as an array, checked against the shader's types and, with
+    them applied, its local size against the device's limits."""
+    spec = _as_constants(spec_consts, "spec_consts")
+    check_spec_constants(info, spec, where)
+    _check_local_size(info, spec, props)
+    return spec
+
+
+def spirv_target_env(props: dict) -> str:
+    """spirv-val's --target-env for a device of these properties."""
+    return "vulkan1.3" if props["api_version"] >= "1.3" else "vulkan1.1"
+
+
+class Pipeline:
+    """Shader module + layouts + compute pipeline; shared by every Algorithm with the same key.
+    ``flags``: VkPipelineCreateFlags (Manager.pipeline_statistics' throwaway pipelines capture
+    statistics; the shared ones take none)."""
+
+    def __init__(self, mgr: "Manager", spirv: bytes, info: ShaderInfo, n_bindings: int, spec: np.ndarray,
+                 flags: int = 0):
         self.mgr = mgr
         self.refs = 0
         dev = mgr._device
@@ -151,7 +195,7 @@ class Pipeline:
             self._entry = "main"
             stage = vk.VkPipelineShaderStageCreateInfo(stage=vk.VK_SHADER_STAGE_COMPUTE_BIT, module=self.module,
                                                        pName=self._entry, pSpecializationInfo=spec_info)
-            create = vk.VkComputePipelineCreateInfo(stage=stage, layout=self.layout)
+            create = vk.VkComputePipelineCreateInfo(flags=flags, stage=stage, layout=self.layout)
             with _vk.call("vkCreateComputePipelines"):
                 self.pipeline = vk.vkCreateComputePipelines(dev, mgr._pipeline_cache, 1, [create], None)[0]
         except BaseException:
@@ -274,14 +318,7 @@ class Algorithm(ManagedObject):
             t._check()
             if t._mgr is not mgr:
                 raise ValueError(f"tensors[{i}] belongs to another Manager")
-        spirv = bytes(spirv) if isinstance(spirv, (bytes, bytearray, memoryview)) else spirv
-        info = reflect(spirv)
-        if "main" not in info.entry_points:
-            raise ValueError(f"SPIR-V has no entry point 'main' (found {info.entry_points})")
-        for b in info.bindings:
-            if b.set != 0 or b.kind != "storage":
-                raise ValueError(f"the shader's binding {b.binding} is a {b.kind} resource in descriptor set {b.set}; "
-                                 "kbench binds storage buffers in set 0 only (binding i is tensor i)")
+        spirv, info = reflect_compute(spirv)
         if info.binding_count != len(tensors):
             raise ValueError(f"the shader uses {info.binding_count} bindings but {len(tensors)} tensors were given "
                              f"(binding i is tensor i)")
@@ -290,17 +327,8 @@ class Algorithm(ManagedObject):
             if t.nbytes() > max_range:
                 raise ValueError(f"tensors[{i}] is {t.nbytes()} bytes, more than the device's maxStorageBufferRange "
                                  f"({max_range} bytes) a shader can bind")
-        odd = unsupported_capabilities(info.capabilities)
-        if odd:
-            raise ValueError(f"the shader declares SPIR-V capability {', '.join(map(str, odd))}, which kbench does not "
-                             "enable for compute shaders (not every device has it)")
-        feats = mgr._props["features"]
-        for key, human in info.required_features():
-            if not feats.get(key, False):
-                raise UnsupportedFeatureError(f"the shader needs {human}, which {mgr._props['device_name']} does not support", human)
-        spec = _as_constants(spec_consts, "spec_consts")
-        check_spec_constants(info, spec, "Algorithm")
-        _check_local_size(info, spec, mgr._props)
+        check_device_support(info, mgr._props)
+        spec = specialize(info, spec_consts, mgr._props, "Algorithm")
         push = _as_constants(push_consts, "push_consts")
         check_push_constants(info, push, "Algorithm")
         self._tensors = tensors
@@ -311,7 +339,7 @@ class Algorithm(ManagedObject):
         self._workgroup = self._grid(workgroup)
         key = (hashlib.sha256(spirv).digest(), spec.dtype.str, spec.tobytes(), len(tensors))
         if key not in mgr._pipelines:
-            validate_with_spirv_val(spirv, "vulkan1.3" if mgr._props["api_version"] >= "1.3" else "vulkan1.1")
+            validate_with_spirv_val(spirv, spirv_target_env(mgr._props))
         self._pipeline = mgr._acquire_pipeline(key, spirv, info, len(tensors), spec)
         self._key = key
         try:

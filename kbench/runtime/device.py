@@ -47,6 +47,8 @@ SUBGROUP_OPS = [(1, "basic"), (2, "vote"), (4, "arithmetic"), (8, "ballot"), (16
 COOPMAT_EXT = "VK_KHR_cooperative_matrix"
 COOPMAT2_EXT = "VK_NV_cooperative_matrix2"
 BFLOAT16_EXT = "VK_KHR_shader_bfloat16"
+#: per-pipeline statistics of the driver's compiled code (registers, spills, ...): Manager.pipeline_statistics
+PIPELINE_EXEC_EXT = "VK_KHR_pipeline_executable_properties"
 VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
 
 _COMPONENT_TYPES = {0: "f16", 1: "f32", 2: "f64", 3: "s8", 4: "s16", 5: "s32", 6: "s64", 7: "u8",
@@ -286,6 +288,10 @@ def query_features(pd, api_version: int, extensions: set[str]) -> tuple[dict[str
     if BFLOAT16_EXT in extensions and head is not None:
         bf16 = RawStruct(_STYPE_BFLOAT16_FEATURES, list(BFLOAT16_FEATURES), head)
         head = bf16.ptr
+    pipeline_exec = None
+    if PIPELINE_EXEC_EXT in extensions:
+        pipeline_exec = vk.VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR(pNext=head)
+        head = pipeline_exec
     f2 = vk.VkPhysicalDeviceFeatures2(pNext=head)
     vk.vkGetPhysicalDeviceFeatures2(pd, f2)
     base = f2.features
@@ -308,11 +314,13 @@ def query_features(pd, api_version: int, extensions: set[str]) -> tuple[dict[str
         "integer_dot_product": bool(f13.shaderIntegerDotProduct) if f13 is not None else False,
         "maintenance4": bool(f13.maintenance4) if f13 is not None else False,
         "cooperative_matrix": bool(coop.cooperativeMatrix) if coop is not None else False,
+        "pipeline_executable_info": bool(pipeline_exec.pipelineExecutableInfo) if pipeline_exec is not None else False,
     }
     for raw, table in ((coop2, COOPMAT2_FEATURES), (bf16, BFLOAT16_FEATURES)):
         for member, key in table.items():
             feats[key] = bool(raw[member]) if raw is not None else False
-    return feats, {"base": base, "f11": f11, "f12": f12, "f13": f13, "coop": coop, "coop2": coop2, "bf16": bf16}
+    return feats, {"base": base, "f11": f11, "f12": f12, "f13": f13, "coop": coop, "coop2": coop2, "bf16": bf16,
+                   "pipeline_exec": pipeline_exec}
 
 
 def cooperative_matrix_properties(instance, pd, extensions: set[str]) -> list[dict[str, Any]]:

@@ -13,13 +13,15 @@ import numpy as np
 
 from . import _vk, validation as _validation
 from ._vk import lib, vk
-from .algorithm import Algorithm, Pipeline
+from .algorithm import Algorithm, Pipeline, check_device_support, reflect_compute, specialize, spirv_target_env
 from .descriptors import DescriptorAllocator
-from .device import (BFLOAT16_EXT, BFLOAT16_FEATURES, COOPMAT2_EXT, COOPMAT2_FEATURES, COOPMAT_EXT, Instance,
-                     RawStruct, describe, device_extensions, query_features)
-from .errors import DeviceBusyError, DeviceLostError, OutOfDeviceMemoryError, ValidationError
+from .device import (BFLOAT16_EXT, BFLOAT16_FEATURES, COOPMAT2_EXT, COOPMAT2_FEATURES, COOPMAT_EXT, PIPELINE_EXEC_EXT,
+                     Instance, RawStruct, describe, device_extensions, query_features)
+from .errors import DeviceBusyError, DeviceLostError, OutOfDeviceMemoryError, UnsupportedFeatureError, ValidationError
+from .executables import ExecutableQueries, PipelineExecutable
 from .memory import HOST_IMPORT_EXT, StagingPool, host_import_alignment
 from .sequence import Sequence
+from .spirv import validate_with_spirv_val
 from .tensor import Tensor, TensorTypes, numpy_dtype
 
 
@@ -49,6 +51,9 @@ def list_devices() -> list[dict[str, Any]]:
     finally:
         inst.release()
 
+
+#: the flags of pipeline_statistics' pipelines: the driver keeps their statistics
+_CAPTURE_FLAGS = vk.VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR
 
 # (feature struct key, field names) that kbench enables whenever the device supports them, so
 # shaders that need them can run (Kompute cannot enable features: its issue 270)
@@ -121,6 +126,9 @@ class Manager:
         self._props = describe(instance, physical_device, 0)
         self._device = device
         self._owns_device = False
+        # whether the caller enabled VK_KHR_pipeline_executable_properties is not known here:
+        # pipeline_statistics refuses, and the feature key says so
+        self._props["features"]["pipeline_executable_info"] = False
         per_family: dict[int, int] = {}
         for fam, q in queues:
             if not 0 <= fam < len(self._props["queue_families"]):
@@ -331,6 +339,37 @@ class Manager:
         s["cached_pipelines"] = len(self._pipelines)
         return s
 
+    def pipeline_statistics(self, spirv: bytes, spec_consts: Any = None) -> list[PipelineExecutable]:
+        """What the driver compiled ``spirv`` (specialized with ``spec_consts``, converted and
+        checked as Algorithm does) into: one PipelineExecutable per executable, with the driver's
+        statistics (on NVIDIA "Register Count" and the like). Needs a device with
+        VK_KHR_pipeline_executable_properties (UnsupportedFeatureError otherwise, and for a
+        Manager made by from_vulkan). The pipeline is built for this call only and destroyed
+        before it returns; no Algorithm shares it."""
+        self._check_alive()
+        if not isinstance(spirv, (bytes, bytearray, memoryview)):
+            raise TypeError(f"pipeline_statistics: spirv must be bytes (a SPIR-V module), got {type(spirv).__name__}")
+        # bad input is refused the same way on every device, with or without the extension
+        spirv, info = reflect_compute(spirv)
+        check_device_support(info, self._props)
+        spec = specialize(info, spec_consts, self._props, "Manager.pipeline_statistics")
+        validate_with_spirv_val(spirv, spirv_target_env(self._props))
+        if self._pipeline_exec is None:
+            why = ("this Manager wraps a device made elsewhere (from_vulkan), whose enabled extensions kbench "
+                   "cannot see" if not self._owns_device else
+                   "the device does not offer it (or its pipelineExecutableInfo feature)")
+            raise UnsupportedFeatureError(f"pipeline_statistics needs {PIPELINE_EXEC_EXT} on "
+                                          f"{self._props['device_name']}: {why}", PIPELINE_EXEC_EXT)
+        # under the lock as every pipeline is made and freed: the set-layout cache and the
+        # pipeline count are shared with other threads' algorithms
+        with self._lock:
+            pipeline = Pipeline(self, spirv, info, info.binding_count, spec, flags=_CAPTURE_FLAGS)
+        try:
+            return self._pipeline_exec.query(self._device, pipeline.pipeline, self._result)
+        finally:
+            with self._lock:
+                pipeline.destroy()
+
     def validation_messages(self) -> list[str]:
         """Warnings and errors the validation layer reported so far (empty without validation)."""
         return list(self._messages)
@@ -375,6 +414,8 @@ class Manager:
         self._stream_min_bytes = self.DEFAULT_STREAM_MIN_BYTES
         self._zero_copy_min_bytes = self.DEFAULT_ZERO_COPY_MIN_BYTES
         self._host_import_align = 0
+        #: the extension's entry points where it and its feature are enabled (pipeline_statistics)
+        self._pipeline_exec: ExecutableQueries | None = None
         self._transfer_chunk_bytes = self.DEFAULT_TRANSFER_CHUNK_BYTES
 
     def _queue_lock(self, q) -> threading.Lock:
@@ -424,8 +465,14 @@ class Manager:
             exts.append(HOST_IMPORT_EXT)
         api = vk.vkGetPhysicalDeviceProperties(self._physical).apiVersion
         _, supported = query_features(self._physical, api, available)
+        # pipeline statistics: enabling them costs nothing, only pipelines created with the
+        # capture flag (pipeline_statistics' own) pay for the driver keeping them
+        pipeline_exec = supported["pipeline_exec"]
+        if (pipeline_exec is not None and pipeline_exec.pipelineExecutableInfo and PIPELINE_EXEC_EXT in available
+                and PIPELINE_EXEC_EXT not in exts):
+            exts.append(PIPELINE_EXEC_EXT)
         self._enabled = self._feature_chain(supported, api, COOPMAT_EXT in exts,
-                                            COOPMAT2_EXT in exts, BFLOAT16_EXT in exts)
+                                            COOPMAT2_EXT in exts, BFLOAT16_EXT in exts, PIPELINE_EXEC_EXT in exts)
         self._priorities = {fam: [1.0] * n for fam, n in counts.items()}
         qinfos = [vk.VkDeviceQueueCreateInfo(queueFamilyIndex=fam, queueCount=n, pQueuePriorities=self._priorities[fam])
                   for fam, n in counts.items()]
@@ -441,6 +488,10 @@ class Manager:
                           (BFLOAT16_EXT, list(BFLOAT16_FEATURES.values()))):
             if ext not in exts:
                 feats.update({key: False for key in keys if key in feats})
+        if self._enabled.get("pipeline_exec") is not None:
+            self._pipeline_exec = ExecutableQueries.load(self._device)
+        # the key tells whether pipeline_statistics works on this Manager, not just on the device
+        feats["pipeline_executable_info"] = self._pipeline_exec is not None
         if HOST_IMPORT_EXT in exts:
             self._host_import_align = max(4096, host_import_alignment(self._physical))
             self._host_pointer_properties = vk.vkGetDeviceProcAddr(self._device, "vkGetMemoryHostPointerPropertiesEXT")
@@ -453,7 +504,7 @@ class Manager:
             self._queues.append((q, fam, locks.setdefault((fam, idx), threading.Lock()), idx))
 
     def _feature_chain(self, supported: dict, api: int, coop: bool, coop2: bool = False,
-                       bf16: bool = False) -> dict:
+                       bf16: bool = False, pipeline_exec: bool = False) -> dict:
         """Feature structs enabling every supported feature kbench's shaders may need."""
         base = vk.VkPhysicalDeviceFeatures(**{f: vk.VK_TRUE for f in _ENABLE["base"] if getattr(supported["base"], f)})
         out: dict[str, Any] = {"base": base, "head": None}
@@ -478,6 +529,13 @@ class Manager:
                                 **{m: 1 for m in have.members if have[m]})
                 out[key] = raw
                 head = raw.ptr
+        pe = None
+        have = supported.get("pipeline_exec")
+        if pipeline_exec and have is not None and have.pipelineExecutableInfo:
+            pe = vk.VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR(pNext=head,
+                                                                            pipelineExecutableInfo=vk.VK_TRUE)
+            head = pe
+        out["pipeline_exec"] = pe
         f2 = vk.VkPhysicalDeviceFeatures2(pNext=head, features=base)
         out.update({"f11": f11, "f12": f12, "f13": f13, "coop": c, "f2": f2, "head": f2})
         return out
