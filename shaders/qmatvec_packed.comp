@@ -190,6 +190,50 @@ void quantize_block(uint src, uint b) {
     sxs[b] = finite ? m / QMAX : uintBitsToFloat(0x7FC00000u);
     sxsum[b] = ivec2(xsum16(l0, h0), xsum16(l1, h1));
 }
+
+#if defined(USE_SUBGROUP)
+// Quarter qq (its vec4s 2 qq and 2 qq + 1: v0, v1) of x's block into shared slot b, by the 4 lanes
+// of an aligned quad of the subgroup together (its max and finiteness shared by shuffles): the same
+// bytes, scale and sums as quantize_block, a quarter of the loads and arithmetic per lane, so x's
+// quantization (the largest cost of the xwg kernels in the ablation, docs/kernel-choices.md) is
+// spread over 4 times as many lanes.
+void quantize_quarter(vec4 v0, vec4 v1, uint b, uint qq) {
+    vec4 a = max(abs(v0), abs(v1));
+    float m = max(max(a.x, a.y), max(a.z, a.w));
+    uint bad = any(isnan(v0)) || any(isinf(v0)) || any(isnan(v1)) || any(isinf(v1)) ? 1u : 0u;
+    m = max(m, subgroupShuffleXor(m, 1u));
+    m = max(m, subgroupShuffleXor(m, 2u));
+    bad |= subgroupShuffleXor(bad, 1u);
+    bad |= subgroupShuffleXor(bad, 2u);
+    bool finite = bad == 0u;
+    float inv = finite && m > 0.0 ? QMAX / m : 0.0;
+    ivec4 q0 = clamp(ivec4(roundEven(v0 * inv)), ivec4(-QLIM), ivec4(QLIM));
+    ivec4 q1 = clamp(ivec4(roundEven(v1 * inv)), ivec4(-QLIM), ivec4(QLIM));
+    ivec4 l0 = ((q0 + 128) & 255) - 128, l1 = ((q1 + 128) & 255) - 128;
+    uvec2 lo = uvec2(pack_bytes(l0), pack_bytes(l1));
+    uint w = 2u * b + (qq >> 1u);  // the uvec4 of words 2 qq, 2 qq + 1; its half qq & 1
+    if ((qq & 1u) == 0u) {
+        sxl[w].xy = lo;
+#if !defined(X8)
+        sxh[w].xy = uvec2(pack_bytes((q0 - l0) >> 8), pack_bytes((q1 - l1) >> 8));
+#endif
+    } else {
+        sxl[w].zw = lo;
+#if !defined(X8)
+        sxh[w].zw = uvec2(pack_bytes((q0 - l0) >> 8), pack_bytes((q1 - l1) >> 8));
+#endif
+    }
+    ivec4 t = q0 + q1;
+    int sum = t.x + t.y + t.z + t.w;
+    sum += subgroupShuffleXor(sum, 1u);  // elements 0..15 (qq 0, 1) or 16..31 (qq 2, 3)
+    if (qq == 0u) {
+        sxs[b] = finite ? m / QMAX : uintBitsToFloat(0x7FC00000u);
+        sxsum[b].x = sum;
+    } else if (qq == 2u) {
+        sxsum[b].y = sum;
+    }
+}
+#endif
 #endif
 
 // the loads of one unit of a row: NQ quant words, Q6_K's sub-block scale word (Q4_K: its two
@@ -487,6 +531,20 @@ void main() {
 #else
     uint cu = nu;
 #endif
+#if defined(XQ_WG) && defined(USE_SUBGROUP)
+    // quads of the subgroup quantize x (quantize_quarter) where the subgroup holds whole quads;
+    // lid's quad is its subgroup's quad (1-D workgroups are laid out in subgroups by index)
+    bool quads = gl_SubgroupSize >= 4u;
+    // the first chunk's first quarter of this lane loaded before the first batch of weights,
+    // so that x is not queued behind the weight loads
+    uint cb0 = min(cu, nu) * UX;
+    vec4 pre0 = vec4(0.0), pre1 = vec4(0.0);
+    if (quads && PREFETCH && lid < 4u * NX * cb0) {
+        uint v = lid / (4u * cb0), j = lid / 4u - v * cb0;
+        pre0 = x4[8u * (v * nb + j) + 2u * (lid & 3u)];
+        pre1 = x4[8u * (v * nb + j) + 2u * (lid & 3u) + 1u];
+    }
+#endif
     if (PREFETCH) {
         load_batch(group * group_rows + team * ROWS, tl, nu, min(cu, nu));
     }
@@ -505,6 +563,18 @@ void main() {
                 }
                 uint cb = (c1 - c0) * UX;  // the chunk's blocks per vector
 #if !defined(CUT_X)
+#if defined(USE_SUBGROUP)
+                if (quads) {
+                    // 4 * NX * cb quarters and a workgroup of whole subgroups: a quad is active or idle whole
+                    for (uint i = lid; i < 4u * NX * cb; i += gl_WorkGroupSize.x) {
+                        uint v = i / (4u * cb), j = i / 4u - v * cb, qq = i & 3u;
+                        uint src = 8u * (v * nb + c0 * UX + j) + 2u * qq;
+                        bool first = PREFETCH && i == lid && held == 0xFFFFFFFFu;
+                        vec4 v0 = first ? pre0 : x4[src], v1 = first ? pre1 : x4[src + 1u];
+                        quantize_quarter(v0, v1, v * BLOCKS + j, qq);
+                    }
+                } else
+#endif
                 for (uint i = lid; i < NX * cb; i += gl_WorkGroupSize.x) {
                     uint v = i / cb, j = i - v * cb;
                     quantize_block(v * nb + c0 * UX + j, v * BLOCKS + j);

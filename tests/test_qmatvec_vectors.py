@@ -138,3 +138,30 @@ def test_a_batch_is_refused_before_any_gpu_work_when_buffers_are_short():
             be.quantized_matmul(hw, hx, hy, 4, 256, DType.Q4_0, n_vecs=65)
     finally:
         be.close()
+
+
+@pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
+@pytest.mark.parametrize("dtype", [DType.Q4_0, DType.Q8_0, DType.Q6_K, DType.Q4_K], ids=lambda d: d.name)
+@pytest.mark.parametrize("reduce,x_chunk", [("subgroup", None), ("subgroup", 512), ("tree", None)])
+def test_x_quantized_by_each_workgroup_gives_the_products_of_x_quantized_by_a_first_dispatch(dtype, reduce, x_chunk):
+    # The same integer sums in the same order: bit for bit, whether a lane quantizes a block of x
+    # (tree) or the 4 lanes of a quad a quarter each (subgroup), x whole or in chunks of whole lane
+    # steps; x's magnitudes spread over 6 decades so each block's scale and rounding differ
+    feats = kp.list_devices()[0].get("features", {})
+    if not feats.get("integer_dot_product"):
+        pytest.skip("the device has no shaderIntegerDotProduct")
+    if reduce == "subgroup" and not feats.get("subgroup_shuffle"):
+        pytest.skip("the device has no subgroup shuffles")
+    n_rows, n_cols, n_vecs = 19, 2048, 3
+    rng = np.random.default_rng(int(dtype))
+    raw = quantize(rng.uniform(-1, 1, (n_rows, n_cols)).astype(np.float32), dtype)
+    x = (rng.uniform(-1, 1, (n_vecs, n_cols)) * 10.0 ** rng.uniform(-3, 3, (n_vecs, n_cols))).astype(np.float32)
+    knobs = {"layout": "packed", "lanes": 8, "rows": 2, "teams": 4, "unroll": 2, "reduce": reduce}
+    got = {}
+    for xq in ("workgroup", "dispatch"):
+        extra = {"x_chunk": x_chunk} if x_chunk and xq == "workgroup" else {}
+        with VulkanBackend(qmatvec={**knobs, "xq": xq, **extra}) as be:
+            got[xq] = _run(be, dtype, raw, x, n_rows, n_cols, n_vecs)
+    diff = np.flatnonzero(got["workgroup"].view(np.uint32) != got["dispatch"].view(np.uint32))
+    assert diff.size == 0, (f"{dtype.name} {reduce} chunk {x_chunk}: {diff.size} outputs differ, first at {diff[0]}: "
+                            f"{got['workgroup'][diff[0]]!r} (workgroup) vs {got['dispatch'][diff[0]]!r} (dispatch)")
