@@ -368,7 +368,9 @@ def cmd_probe(argv: list[str]) -> int:
         return 0 if argv[:1] in (["-h"], ["--help"]) else EXIT_USAGE
     try:
         return run_probe(argv[0], argv[1:])
-    except SystemExit as exc:  # argparse inside the probe: --help (0) or bad usage (2)
+    except SystemExit as exc:  # argparse inside the probe: --help (0) or bad usage (2); a probe's own message
+        if isinstance(exc.code, str):
+            print(f"kbench probe {argv[0]}: {exc.code}", file=sys.stderr)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
 
 

@@ -105,3 +105,22 @@ def test_a_cut_twin_is_the_shipped_packed_kernel_compiled_with_its_cut_defines()
         assert len({t.spv for t in twins} | {shipped.spv}) == 4, "twins share a pipeline-cache key"
     finally:
         be.close()
+
+
+def test_the_qmatvec_probe_applies_knobs_to_batches_and_refuses_bad_ones(capsys):
+    if not _has_int_dot():
+        pytest.skip("the device has no shaderIntegerDotProduct (the packed kernel needs it)")
+    assert main(["probe", "qmatvec", "--small", "--vecs", "2", "--dtypes", "Q4_0", "--repeats", "1", "--stats",
+                 "--knobs", "layout=packed", "rows=1", "lanes=8"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith("Q4_0")]
+    assert len(rows) == 2 and all(".xwg." in r[3] for r in rows), f"the packed kernel per shape expected:\n{out}"
+    assert all(r[-1] == "-" for r in rows), f"lavapipe reports no registers: a '-' column expected:\n{out}"
+    assert all(float(r[-3]) < 1e-8 for r in rows), f"batches off against float64:\n{out}"
+    assert main(["probe", "qmatvec", "--small", "--vecs", "2", "--dtypes", "Q4_0", "--repeats", "1",
+                 "--knobs", "unroll=2"]) == 0
+    out = capsys.readouterr().out
+    assert "FAILED: " in out and "unroll is a choice of layout='packed'" in out, f"the policy's refusal expected:\n{out}"
+    assert main(["probe", "qmatvec", "--small", "--vecs", "2", "--knobs", "rows"]) == 2
+    cap = capsys.readouterr()
+    assert "bad knob 'rows'" in cap.err and "# device" not in cap.out, f"a usage error before any GPU work expected: {cap}"

@@ -320,13 +320,27 @@ def print_torch_mv(tm: dict, n_vecs: int = 1) -> None:
         print(f"fp16  {r:>5}x{c:<5} {what} x{copies:<2} copies {ns / 1e3:8.2f} us {tbs:6.3f} TB/s")
 
 
+def parse_knobs(items: list[str]) -> dict:
+    """KEY=VALUE words as qmatvec knobs: integers, true/false, or strings."""
+    knobs: dict = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"bad knob {item!r}: KEY=VALUE, e.g. rows=2")
+        low = value.lower()
+        knobs[key] = int(value) if value.lstrip("-").isdigit() else {"true": True, "false": False}.get(low, value)
+    return knobs
+
+
 def batches(args, shapes, dtypes, rng) -> int:
     """--vecs: the automatic kernel on batches of vectors (quantized_matmul's n_vecs) beside
     torch's float16 mm of the same batch, both over rotating weight copies; GB/s of weights."""
     repeats, loops = args.repeats or 5, args.loops or 2
+    knobs = parse_knobs(args.knobs)
     be = VulkanBackend(args.device, batch_ops=256)
     print(f"# device: {be.device_properties['device_name']}; batches of {args.vecs} vectors, automatic kernel")
-    print(f"{'dtype':5} {'shape':>11} {'vecs':>4} {'kernel':34} {'us':>8} {'TB/s':>6} {'NMSE':>9} timer")
+    print(f"{'dtype':5} {'shape':>11} {'vecs':>4} {'kernel':34} {'us':>8} {'TB/s':>6} {'NMSE':>9} timer"
+          + (" regs" if args.stats else ""))
     try:
         for dtype in dtypes:
             for n_rows, n_cols in shapes:
@@ -342,11 +356,11 @@ def batches(args, shapes, dtypes, rng) -> int:
                         continue  # 8-bit x and where x comes from are choices of the packed kernel only
                     if x_bits == 8 and x_from == "dispatch":
                         continue  # 8-bit x is quantized by each workgroup only
-                    cfg = {"layout": "packed", "x_bits": 8} if x_bits == 8 else {}
+                    cfg = dict(knobs, **({"layout": "packed", "x_bits": 8} if x_bits == 8 else {}))
                     if x_from != "auto":
                         cfg.update(layout="packed", xq=x_from)
-                    be._policy.configure_qmatvec(cfg)
                     try:
+                        be._policy.configure_qmatvec(cfg)
                         kernel = be._policy.qmatvec(dtype, n_cols, n_rows, nv)
                     except ValueError as exc:  # e.g. x of many vectors does not fit in shared memory
                         print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} {nv:>4} {x_bits}-bit x: FAILED: {exc}")
@@ -364,8 +378,9 @@ def batches(args, shapes, dtypes, rng) -> int:
                     name = kernel.spv.replace(".spv", "") + ("" if kernel.vectors == nv else f" x{nv} calls")
                     if ".xwg" in kernel.spv and kernel.spec[2] < n_cols // 32:  # x held a chunk at a time
                         name += f" x/{32 * kernel.spec[2]}"
+                    regs = f" {register_column(be, kernel):>5}" if args.stats else ""
                     print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} {nv:>4} {name:34} {ns / 1e3:8.2f} "
-                          f"{len(data) / ns * 1e-3:6.3f} {err:9.2e} {timer}", flush=True)
+                          f"{len(data) / ns * 1e-3:6.3f} {err:9.2e} {timer}{regs}", flush=True)
                     be.free(hx), be.free(hy)
                 be._policy.configure_qmatvec({})
                 for h in hws:
@@ -401,6 +416,9 @@ def main(argv=None) -> int:
     ap.add_argument("--vecs", type=int, nargs="+", default=None, metavar="N",
                     help="batches of N vectors (quantized_matmul n_vecs) with the automatic kernel, beside "
                          "torch's float16 mm of the same batch")
+    ap.add_argument("--knobs", nargs="+", default=[], metavar="KEY=VALUE",
+                    help="with --vecs: qmatvec knobs for every batch (KernelPolicy.configure_qmatvec), e.g. "
+                         "layout=packed rows=1 unroll=2")
     ap.add_argument("--x-bits", type=int, nargs="+", default=[16], choices=(8, 16),
                     help="with --vecs: x's bits in the packed kernel (8: the faster, less exact xwg8 variant)")
     ap.add_argument("--x-from", nargs="+", default=["auto"], choices=("auto", "workgroup", "dispatch"),
