@@ -19,7 +19,8 @@
 #         Then: python scripts/issue20_targets.py RUNS... --read-floor read_floor.log
 # ablate: where the packed kernel's time goes: the automatic kernel beside its ablated twins (cut: variants of
 #         `kbench probe qmatvec`: no x quantization, no decoding and dots, no weight loads) and the shapes of
-#         $VARIANTS, with the driver's registers per invocation (--stats), and the pipeline-statistics tests
+#         $VARIANTS, with the driver's registers per invocation (--stats), and the pipeline-statistics tests;
+#         then 8-vector batches of Q4_0 at the automatic shape and the knob sets of $BATCH_KNOBS, with registers
 # Writes result runs and logs under $OUT (at most 8 files come back).
 set -u
 source .gl/device-env.sh
@@ -88,6 +89,18 @@ elif [ "$what" = ablate ]; then
     --variants auto cut:x:auto cut:dots:auto cut:x+dots:auto cut:loads:auto cut:x+loads+dots:auto ${VARIANTS:-} \
     > "$out/probe_ablate.log" 2>&1
   cat "$out/probe_ablate.log"
+  # 8 vectors (the batch that does not beat torch's fp16 mm): the automatic shape and the knob sets of
+  # $BATCH_KNOBS (';' between sets), registers per invocation beside each
+  IFS=';' read -ra sets <<< "${BATCH_KNOBS:-layout=packed rows=1;layout=packed rows=2 unroll=1;layout=packed lanes=16 rows=1}"
+  timeout ${BATCH_S:-120} python3 -m kbench.probes qmatvec --vecs 8 --x-bits 16 8 --stats --dtypes Q4_0 --repeats 3 \
+    > "$out/probe_vecs8.log" 2>&1
+  for set in "${sets[@]}"; do
+    echo "# knobs: $set" >> "$out/probe_vecs8.log"
+    # shellcheck disable=SC2086  # (no CUDA device: torch's figure is the first run's)
+    CUDA_VISIBLE_DEVICES= timeout ${BATCH_S:-120} python3 -m kbench.probes qmatvec --vecs 8 --stats --dtypes Q4_0 \
+      --repeats 3 --knobs $set >> "$out/probe_vecs8.log" 2>&1
+  done
+  cat "$out/probe_vecs8.log"
 elif [ "$what" = batches ]; then
   mkdir -p "$out/b"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
