@@ -539,7 +539,12 @@ void main() {
     // so that x is not queued behind the weight loads
     uint cb0 = min(cu, nu) * UX;
     vec4 pre0 = vec4(0.0), pre1 = vec4(0.0);
-    if (quads && PREFETCH && lid < 4u * NX * cb0) {
+#if defined(CUT_X_FIRST)
+    const bool X_FIRST = false;  // ablation: x loaded after the weights' first batch
+#else
+    const bool X_FIRST = PREFETCH;
+#endif
+    if (quads && X_FIRST && lid < 4u * NX * cb0) {
         uint v = lid / (4u * cb0), j = lid / 4u - v * cb0;
         pre0 = x4[8u * (v * nb + j) + 2u * (lid & 3u)];
         pre1 = x4[8u * (v * nb + j) + 2u * (lid & 3u) + 1u];
@@ -569,7 +574,7 @@ void main() {
                     for (uint i = lid; i < 4u * NX * cb; i += gl_WorkGroupSize.x) {
                         uint v = i / (4u * cb), j = i / 4u - v * cb, qq = i & 3u;
                         uint src = 8u * (v * nb + c0 * UX + j) + 2u * qq;
-                        bool first = PREFETCH && i == lid && held == 0xFFFFFFFFu;
+                        bool first = X_FIRST && i == lid && held == 0xFFFFFFFFu;
                         vec4 v0 = first ? pre0 : x4[src], v1 = first ? pre1 : x4[src + 1u];
                         quantize_quarter(v0, v1, v * BLOCKS + j, qq);
                     }
