@@ -271,6 +271,12 @@ def test_packed_launch_shape_takes_the_knobs_and_the_automatic_shape():
     rows, unroll = KernelPolicy.QMATVEC_PACKED_ROWS["long"]
     k = pol.qmatvec(DType.Q4_0, 14336, 4096)
     assert k.spec[1:] == (rows, 448, auto["lanes"], unroll, 1, 1, 1), "long rows: their own rows per team and unroll"
+    # Q8_0's short rows quantize x before their first loads (QMATVEC_PACKED_NO_PREFETCH); its long
+    # rows and batches of vectors load first
+    assert pol.qmatvec(DType.Q8_0, 4096, 14336).spec[5] == 0, "Q8_0, short rows: no loads before x"
+    assert pol.qmatvec(DType.Q8_0, 14336, 4096).spec[5] == 1, "Q8_0, long rows: first loads before x"
+    assert pol.qmatvec(DType.Q8_0, 4096, 14336, 2).spec[5] == 1, "Q8_0, 2 vectors: first loads before x"
+    assert pol.qmatvec(DType.Q6_K, 4096, 14336).spec[5] == 1, "Q6_K, short rows: first loads before x"
     k = pol.qmatvec(DType.Q8_0, 65536, 64)  # 2048 blocks of x: 152 KiB, more than the device's 48
     assert ".xwg." in k.spv and not k.uses_xq and k.spec[2] == 640, f"x held in chunks of 640 blocks, got {k}"
     pol.configure_qmatvec(layout="packed", lanes=64, rows=2, teams=2, unroll=4, xq="dispatch", prefetch=False)

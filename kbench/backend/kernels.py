@@ -1109,6 +1109,10 @@ class KernelPolicy:
     #: units of each); the H200's fastest (docs/kernel-choices.md)
     QMATVEC_PACKED_ROWS = {"short": (4, 1), "long": (2, 2)}
     QMATVEC_PACKED_LONG_ROW_UNITS = 256
+    #: (format, rows) where one vector's workgroups quantize x before their first loads: Q8_0's
+    #: first batch of short rows held 96 registers a lane, one workgroup per SM of the H100, and
+    #: was 1.7 us slower than without it, twice (docs/kernel-choices.md)
+    QMATVEC_PACKED_NO_PREFETCH = {(DType.Q8_0, "short")}
     #: the automatic choice shrinks the teams per workgroup (small matrices) until the grid has at
     #: least this many workgroups per compute unit (or 64 workgroups where the device does not say
     #: how many units it has): fewer, fuller workgroups were faster than two per unit on the H200
@@ -1135,8 +1139,11 @@ class KernelPolicy:
         if subgroup and lanes > self.subgroup_size and lanes % self.subgroup_size:
             raise ValueError(f"quantized_matmul: {lanes} lanes per team is not a whole number of "
                              f"{self.subgroup_size}-wide subgroups")
-        auto_rows, auto_unroll = self.QMATVEC_PACKED_ROWS[
-            "long" if blocks >= self.QMATVEC_PACKED_LONG_ROW_UNITS else "short"]
+        row_class = "long" if blocks >= self.QMATVEC_PACKED_LONG_ROW_UNITS else "short"
+        auto_rows, auto_unroll = self.QMATVEC_PACKED_ROWS[row_class]
+        prefetch = cfg.get("prefetch")
+        if prefetch is None:
+            prefetch = nx > 1 or (dtype, row_class) not in self.QMATVEC_PACKED_NO_PREFETCH
         # at most a sum (row, vector) per lane where it can be: every lane holds all of its team's
         # sums, and more rows than that only spend registers (many vectors: one row, lanes write
         # several sums each)
@@ -1213,7 +1220,7 @@ class KernelPolicy:
             cu = self.compute_units
             plan["max_groups"] = cu["count"] * max(1, min(int(per_cu), cu["threads"] // wg))
         plan["vectors"] = nx
-        spec = (wg, rows, chunk * ux if x_shared else blocks, lanes, unroll, int(cfg.get("prefetch", True)), nx,
+        spec = (wg, rows, chunk * ux if x_shared else blocks, lanes, unroll, int(prefetch), nx,
                 part_floats(rows, wg))
         if x_shared:
             xwg = "xwg8" if x_bits == 8 else "xwg"
