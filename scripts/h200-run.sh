@@ -17,6 +17,7 @@
 #         third_party/ggml-bin-full/test-backend-ops, its build.json, and lib/ with the build machine's
 #         libstdc++.so.6 and libgomp.so.1 (real files) for a device whose own are older.
 #         Then: python scripts/issue20_targets.py RUNS... --read-floor read_floor.log
+# quantized: round3's quantized_matmul rows alone (read floor, bench beside torch, ggml like for like); carry as round3
 # ablate: where the packed kernel's time goes: the automatic kernel beside its ablated twins (cut: variants of
 #         `kbench probe qmatvec`: no x quantization, no decoding and dots, no weight loads) and the shapes of
 #         $VARIANTS, with the driver's registers per invocation (--stats), and the pipeline-statistics tests;
@@ -79,6 +80,22 @@ elif [ "$what" = round3 ]; then
   timeout ${GGML_S:-200} python3 -m kbench bench --full --peer ggml --ggml-bin "$bin" --quiet --out "$out/b" "${g[@]}" \
     > "$out/ggml-bench.log" 2>&1
   tail -8 "$out/ggml-bench.log"
+  tar czf "$out/runs.tgz" -C "$out" b && rm -rf "$out/b"
+elif [ "$what" = quantized ]; then
+  # round3's quantized_matmul part alone (about 3 minutes): read floor, bench beside torch, ggml like for like
+  mkdir -p "$out/b"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+  timeout 60 python3 -m kbench.probes read_floor > "$out/read_floor.log" 2>&1
+  grep "^# floor" "$out/read_floor.log"
+  k=(); g=()
+  for d in Q4_0 Q8_0 Q4_K Q6_K; do k+=(-k "rotate_mib=256,dtype=$d]"); g+=(-k "rotate_mib=0,dtype=$d]"); done
+  timeout ${BENCH_S:-150} python3 -m kbench bench --peer torch --quiet --out "$out/b" "${k[@]}" \
+    -k "copy_buffer[size=67108864]" > "$out/bench.log" 2>&1
+  tail -4 "$out/bench.log"
+  ggml_binary third_party/ggml-carry
+  timeout ${GGML_S:-150} python3 -m kbench bench --full --peer ggml --ggml-bin "$bin" --quiet --out "$out/b" "${g[@]}" \
+    > "$out/ggml-bench.log" 2>&1
+  tail -4 "$out/ggml-bench.log"
   tar czf "$out/runs.tgz" -C "$out" b && rm -rf "$out/b"
 elif [ "$what" = ablate ]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
