@@ -26,7 +26,8 @@
 
 // Variant xwg: no qmatvec_xq dispatch; every workgroup quantizes x the same way into shared
 // memory (x read from L2 once per workgroup: worth it where a workgroup has many rows): all of it
-// first where it fits, else chunk by chunk (BLOCKS), a barrier before and after each chunk.
+// first where it fits, else chunk by chunk (BLOCKS), a barrier before and after each chunk; a
+// block of 32 by one lane (tree) or by the 4 lanes of a quad, a quarter each (sg: quantize_quarter).
 // Variant xwg8 (X8): as xwg, but x quantized to 8 bits per element (one signed byte, q = round(x *
 // 127 / max|x| of its block of 32), as ggml's q8_1 activations): one byte dot per weight word where
 // the 16-bit x takes two, at the price of x's quantization error (NMSE about 3e-5 against float64
