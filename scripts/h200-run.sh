@@ -20,7 +20,7 @@
 # quantized: round3's quantized_matmul rows alone (read floor, bench beside torch, ggml like for like); carry as round3
 # ablate: where the packed kernel's time goes: the automatic kernel beside its ablated twins (cut: variants of
 #         `kbench probe qmatvec`: no x quantization, no decoding and dots, no weight loads) and the shapes of
-#         $VARIANTS, with the driver's registers per invocation (--stats), and the pipeline-statistics tests;
+#         $VARIANTS (cut:quads: x by a lane per block, as before the quads), with the driver's registers per invocation (--stats), and the pipeline-statistics tests;
 #         then 8-vector batches of Q4_0 at the automatic shape and the knob sets of $BATCH_KNOBS, with registers
 # Writes result runs and logs under $OUT (at most 8 files come back).
 set -u
@@ -103,7 +103,8 @@ elif [ "$what" = ablate ]; then
     -p no:cacheprovider > "$out/tests.log" 2>&1
   tail -3 "$out/tests.log"
   timeout ${PROBE_S:-300} python3 -m kbench.probes qmatvec --stats --repeats 3 --dtypes ${DTYPES:-Q4_0 Q8_0 Q6_K} \
-    --variants auto cut:x:auto cut:dots:auto cut:x+dots:auto cut:loads:auto cut:x+loads+dots:auto ${VARIANTS:-} \
+    --variants auto cut:quads:auto cut:x:auto cut:dots:auto cut:x+dots:auto cut:loads:auto cut:x+loads+dots:auto \
+    ${VARIANTS:-} \
     > "$out/probe_ablate.log" 2>&1
   cat "$out/probe_ablate.log"
   # 8 vectors (the batch that does not beat torch's fp16 mm): the automatic shape and the knob sets of

@@ -535,7 +535,11 @@ void main() {
 #if defined(XQ_WG) && defined(USE_SUBGROUP)
     // quads of the subgroup quantize x (quantize_quarter) where the subgroup holds whole quads;
     // lid's quad is its subgroup's quad (1-D workgroups are laid out in subgroups by index)
+#if defined(CUT_QUADS)
+    bool quads = false;  // ablation: a lane per block of x, as the tree variant
+#else
     bool quads = gl_SubgroupSize >= 4u;
+#endif
     // the first chunk's first quarter of this lane loaded before the first batch of weights,
     // so that x is not queued behind the weight loads
     uint cb0 = min(cu, nu) * UX;

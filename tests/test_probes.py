@@ -95,14 +95,14 @@ def test_a_cut_twin_is_the_shipped_packed_kernel_compiled_with_its_cut_defines()
         be._policy.configure_qmatvec({"layout": "packed", "xq": "workgroup"})
         shipped = be._policy.qmatvec(DType.Q4_0, 512, 96)
         twins = []
-        for cut in (("dots",), ("loads",), ("x",)):
+        for cut in (("dots",), ("loads",), ("x",), ("xfirst",), ("quads",)):
             twins.append(cut_kernel(be, shipped, cut))
             assert be._policy.qmatvec(DType.Q4_0, 512, 96) is twins[-1], "the policy does not hand out the twin"
         restore_kernel(be)
         assert be._policy.qmatvec(DType.Q4_0, 512, 96) == shipped, "restore_kernel left a twin in place"
         codes = {t.spirv() for t in twins} | {shipped.spirv()}
-        assert len(codes) == 4, "a cut twin compiled to the shipped SPIR-V or to another twin's: the defines did nothing"
-        assert len({t.spv for t in twins} | {shipped.spv}) == 4, "twins share a pipeline-cache key"
+        assert len(codes) == 6, "a cut twin compiled to the shipped SPIR-V or to another twin's: the defines did nothing"
+        assert len({t.spv for t in twins} | {shipped.spv}) == 6, "twins share a pipeline-cache key"
     finally:
         be.close()
 
@@ -124,3 +124,14 @@ def test_the_qmatvec_probe_applies_knobs_to_batches_and_refuses_bad_ones(capsys)
     assert main(["probe", "qmatvec", "--small", "--vecs", "2", "--knobs", "rows"]) == 2
     cap = capsys.readouterr()
     assert "bad knob 'rows'" in cap.err and "# device" not in cap.out, f"a usage error before any GPU work expected: {cap}"
+
+
+def test_cuts_that_keep_the_product_are_checked_against_float64(capsys):
+    if not _has_int_dot():
+        pytest.skip("the device has no shaderIntegerDotProduct (the packed kernel needs it)")
+    assert main(["probe", "qmatvec", "--small", "--dtypes", "Q6_K", "--repeats", "1", "--variants",
+                 "cut:quads:packedw", "cut:quads+xfirst:packedw"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith("Q6_K") and " us " not in line]
+    assert len(rows) == 4 and all("(cut)" not in r and float(r[7]) < 1e-8 for r in rows), \
+        f"x by a lane per block, or loaded after the weights: an exact product per row expected:\n{out}"

@@ -34,7 +34,8 @@ kernel is a choice of these variants only (the automatic choice keeps GGUF's unt
 cut:PARTS:<spec> (PARTS: x, loads, dots joined by +) times an ablated twin of a packed variant,
 compiled here from shaders/qmatvec_packed.comp with CUT_X (x not quantized: workgroup-x variants),
 CUT_LOADS (no weight loads), CUT_DOTS (no decoding or dot products) or CUT_X_FIRST (xfirst: x's first
-loads issued after the weights' first batch, not before it; subgroup variants): what is left of the time
+loads issued after the weights' first batch, not before it; subgroup variants) or CUT_QUADS (quads: a lane
+per block of x instead of the 4 lanes of a quad; subgroup variants): what is left of the time
 says where it goes (its NMSE is meaningless and not checked).  --stats adds the driver's statistics
 of every variant's pipeline (registers per invocation on NVIDIA) where the device reports them.
 """
@@ -194,9 +195,9 @@ def raw_kernel(be, kernel, kind="loads"):
 
 
 #: what a cut: variant may take out of the packed kernel, and the define that does it
-CUTS = {"x": "CUT_X", "loads": "CUT_LOADS", "dots": "CUT_DOTS", "xfirst": "CUT_X_FIRST"}
-#: cuts that keep the product exact (only the order of loads changes): their NMSE is checked
-EXACT_CUTS = {"xfirst"}
+CUTS = {"x": "CUT_X", "loads": "CUT_LOADS", "dots": "CUT_DOTS", "xfirst": "CUT_X_FIRST", "quads": "CUT_QUADS"}
+#: cuts that keep the product exact (only who loads x, and when, changes): their NMSE is checked
+EXACT_CUTS = {"xfirst", "quads"}
 
 
 def cut_kernel(be, kernel, cut):
