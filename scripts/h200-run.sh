@@ -19,8 +19,9 @@
 #         Then: python scripts/issue20_targets.py RUNS... --read-floor read_floor.log
 # quantized: round3's quantized_matmul rows alone (read floor, bench beside torch, ggml like for like); carry as round3
 # ablate: where the packed kernel's time goes: the automatic kernel beside its ablated twins (cut: variants of
-#         `kbench probe qmatvec`: no x quantization, no decoding and dots, no weight loads) and the shapes of
-#         $VARIANTS (cut:quads: x by a lane per block, as before the quads), with the driver's registers per invocation (--stats), and the pipeline-statistics tests;
+#         `kbench probe qmatvec`: x by a lane per block as before the quads, no x quantization, no decoding and
+#         dots, no weight loads) and the shapes of $VARIANTS, with the driver's registers per invocation (--stats),
+#         and the pipeline-statistics tests;
 #         then 8-vector batches of Q4_0 at the automatic shape and the knob sets of $BATCH_KNOBS, with registers
 # Writes result runs and logs under $OUT (at most 8 files come back).
 set -u
