@@ -212,16 +212,17 @@ void quantize_quarter(vec4 v0, vec4 v1, uint b, uint qq) {
     ivec4 q1 = clamp(ivec4(roundEven(v1 * inv)), ivec4(-QLIM), ivec4(QLIM));
     ivec4 l0 = ((q0 + 128) & 255) - 128, l1 = ((q1 + 128) & 255) - 128;
     uvec2 lo = uvec2(pack_bytes(l0), pack_bytes(l1));
+    uvec2 hi = uvec2(pack_bytes((q0 - l0) >> 8), pack_bytes((q1 - l1) >> 8));  // unused (X8)
     uint w = 2u * b + (qq >> 1u);  // the uvec4 of words 2 qq, 2 qq + 1; its half qq & 1
     if ((qq & 1u) == 0u) {
         sxl[w].xy = lo;
 #if !defined(X8)
-        sxh[w].xy = uvec2(pack_bytes((q0 - l0) >> 8), pack_bytes((q1 - l1) >> 8));
+        sxh[w].xy = hi;
 #endif
     } else {
         sxl[w].zw = lo;
 #if !defined(X8)
-        sxh[w].zw = uvec2(pack_bytes((q0 - l0) >> 8), pack_bytes((q1 - l1) >> 8));
+        sxh[w].zw = hi;
 #endif
     }
     ivec4 t = q0 + q1;
@@ -233,6 +234,12 @@ void quantize_quarter(vec4 v0, vec4 v1, uint b, uint qq) {
     } else if (qq == 2u) {
         sxsum[b].y = sum;
     }
+}
+
+// quarter i of a chunk of cb blocks per vector: its vector, block in the chunk and quarter
+uvec3 quarter_of(uint i, uint cb) {
+    uint v = i / (4u * cb);
+    return uvec3(v, i / 4u - v * cb, i & 3u);
 }
 #endif
 #endif
@@ -550,9 +557,10 @@ void main() {
     const bool X_FIRST = PREFETCH;
 #endif
     if (quads && X_FIRST && lid < 4u * NX * cb0) {
-        uint v = lid / (4u * cb0), j = lid / 4u - v * cb0;
-        pre0 = x4[8u * (v * nb + j) + 2u * (lid & 3u)];
-        pre1 = x4[8u * (v * nb + j) + 2u * (lid & 3u) + 1u];
+        uvec3 f = quarter_of(lid, cb0);  // of the chunk at unit 0
+        uint src = 8u * (f.x * nb + f.y) + 2u * f.z;
+        pre0 = x4[src];
+        pre1 = x4[src + 1u];
     }
 #endif
     if (PREFETCH) {
@@ -577,11 +585,11 @@ void main() {
                 if (quads) {
                     // 4 * NX * cb quarters and a workgroup of whole subgroups: a quad is active or idle whole
                     for (uint i = lid; i < 4u * NX * cb; i += gl_WorkGroupSize.x) {
-                        uint v = i / (4u * cb), j = i / 4u - v * cb, qq = i & 3u;
-                        uint src = 8u * (v * nb + c0 * UX + j) + 2u * qq;
+                        uvec3 f = quarter_of(i, cb);
+                        uint src = 8u * (f.x * nb + c0 * UX + f.y) + 2u * f.z;
                         bool first = X_FIRST && i == lid && held == 0xFFFFFFFFu;
                         vec4 v0 = first ? pre0 : x4[src], v1 = first ? pre1 : x4[src + 1u];
-                        quantize_quarter(v0, v1, v * BLOCKS + j, qq);
+                        quantize_quarter(v0, v1, f.x * BLOCKS + f.y, f.z);
                     }
                 } else
 #endif

@@ -33,10 +33,11 @@ with x quantized by every workgroup into shared memory instead (xq="workgroup").
 kernel is a choice of these variants only (the automatic choice keeps GGUF's until it is timed).
 cut:PARTS:<spec> (PARTS: x, loads, dots joined by +) times an ablated twin of a packed variant,
 compiled here from shaders/qmatvec_packed.comp with CUT_X (x not quantized: workgroup-x variants),
-CUT_LOADS (no weight loads), CUT_DOTS (no decoding or dot products) or CUT_X_FIRST (xfirst: x's first
-loads issued after the weights' first batch, not before it; subgroup variants) or CUT_QUADS (quads: a lane
-per block of x instead of the 4 lanes of a quad; subgroup variants): what is left of the time
-says where it goes (its NMSE is meaningless and not checked).  --stats adds the driver's statistics
+CUT_LOADS (no weight loads) or CUT_DOTS (no decoding or dot products): what is left of the time
+says where it goes (its NMSE is meaningless and not checked).  Two cuts keep the product exact, and
+their NMSE is checked: xfirst (CUT_X_FIRST: x's first loads issued after the weights' first batch, not
+before it) and quads (CUT_QUADS: a lane per block of x instead of the 4 lanes of a quad), both of the
+subgroup variants.  --stats adds the driver's statistics
 of every variant's pipeline (registers per invocation on NVIDIA) where the device reports them.
 """
 
