@@ -22,7 +22,8 @@
 #         `kbench probe qmatvec`: x by a lane per block as before the quads, no x quantization, no decoding and
 #         dots, no weight loads) and the shapes of $VARIANTS, with the driver's registers per invocation (--stats),
 #         and the pipeline-statistics tests;
-#         then 8-vector batches of Q4_0 at the automatic shape and the knob sets of $BATCH_KNOBS, with registers
+#         then 8-vector batches of Q4_0 at the automatic shape, its cut twins and the knob sets of $BATCH_KNOBS,
+#         with registers
 # Writes result runs and logs under $OUT (at most 8 files come back).
 set -u
 source .gl/device-env.sh
@@ -113,6 +114,9 @@ elif [ "$what" = ablate ]; then
   IFS=';' read -ra sets <<< "${BATCH_KNOBS:-layout=packed rows=1;layout=packed rows=2 unroll=1;layout=packed lanes=16 rows=1}"
   timeout ${BATCH_S:-120} python3 -m kbench.probes qmatvec --vecs 8 --x-bits 16 8 --stats --dtypes Q4_0 --repeats 3 \
     > "$out/probe_vecs8.log" 2>&1
+  # where a batch's time goes: its ablated twins (x by a lane per block, no x, no dots, no loads)
+  CUDA_VISIBLE_DEVICES= timeout ${BATCH_S:-120} python3 -m kbench.probes qmatvec --vecs 8 --stats --dtypes Q4_0 \
+    --repeats 3 --knobs layout=packed --cut quads x dots x+dots loads >> "$out/probe_vecs8.log" 2>&1
   for set in "${sets[@]}"; do
     echo "# knobs: $set" >> "$out/probe_vecs8.log"
     # shellcheck disable=SC2086  # (no CUDA device: torch's figure is the first run's)

@@ -135,3 +135,20 @@ def test_cuts_that_keep_the_product_are_checked_against_float64(capsys):
     rows = [line.split() for line in out.splitlines() if line.startswith("Q6_K") and " us " not in line]
     assert len(rows) == 4 and all("(cut)" not in r and float(r[7]) < 1e-8 for r in rows), \
         f"x by a lane per block, or loaded after the weights: an exact product per row expected:\n{out}"
+
+
+def test_the_qmatvec_probe_times_ablated_twins_of_a_batch_and_checks_only_the_exact_ones(capsys):
+    if not _has_int_dot():
+        pytest.skip("the device has no shaderIntegerDotProduct (the packed kernel needs it)")
+    assert main(["probe", "qmatvec", "--small", "--vecs", "2", "--dtypes", "Q4_0", "--repeats", "1",
+                 "--knobs", "layout=packed", "--cut", "x+dots", "quads"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith("Q4_0")]
+    assert [r[3] for r in rows] == ["qmatvec_packed.q4_0.xwg.sg", "cut:dots+x", "cut:quads"] * 2, \
+        f"the shipped kernel and its two twins per shape expected:\n{out}"
+    quads = [r for r in rows if r[3] == "cut:quads"]
+    assert all(r[-1] == "replay" and float(r[-2]) < 1e-8 for r in quads), f"cut:quads exact and checked expected:\n{out}"
+    assert all(r[-1] == "(cut)" for r in rows if r[3] == "cut:dots+x"), f"cut:x+dots marked unchecked expected:\n{out}"
+    assert main(["probe", "qmatvec", "--small", "--vecs", "2", "--cut", "y"]) == 2
+    cap = capsys.readouterr()
+    assert "bad cut 'y'" in cap.err and "# device" not in cap.out, f"a usage error before any GPU work expected: {cap}"

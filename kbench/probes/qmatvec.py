@@ -95,10 +95,9 @@ def parse_variant(spec: str) -> dict:
         return dict(parse_variant("fast:" + spec[len("raw:stream:"):]), raw="stream")
     if spec.startswith("cut:"):  # an ablated twin of a packed variant (cut_kernel)
         _, parts, inner = spec.split(":", 2) if spec.count(":") >= 2 else (None, "", "")
-        cut = tuple(sorted(set(parts.split("+"))))
-        if not inner or not set(cut) <= set(CUTS):
+        if not inner:
             raise SystemExit(f"bad variant {spec!r}: cut:PARTS:<packed spec>, PARTS from {'+'.join(CUTS)}")
-        return dict(parse_variant(inner), cut=cut)
+        return dict(parse_variant(inner), cut=parse_cut(parts))
     if spec.startswith("raw:"):  # Q4_0 only: the same loads as fast:/staged: without decoding
         return dict(parse_variant(spec[4:]), raw="loads")
     parts = spec.split(":")
@@ -132,6 +131,14 @@ def parse_variant(spec: str) -> dict:
     if len(parts) == longest:
         cfg["reduce"] = parts[-1]
     return cfg
+
+
+def parse_cut(parts: str) -> tuple:
+    """PARTS of a cut (e.g. "x+dots") as a sorted tuple of CUTS keys."""
+    cut = tuple(sorted(set(parts.split("+"))))
+    if not set(cut) <= set(CUTS):
+        raise SystemExit(f"bad cut {parts!r}: parts from {'+'.join(CUTS)} joined by '+'")
+    return cut
 
 
 def make_weights(dtype: DType, n_rows: int, n_cols: int, rng, base_rows: int = 512):
@@ -342,6 +349,7 @@ def batches(args, shapes, dtypes, rng) -> int:
     torch's float16 mm of the same batch, both over rotating weight copies; GB/s of weights."""
     repeats, loops = args.repeats or 5, args.loops or 2
     knobs = parse_knobs(args.knobs)
+    cuts = [parse_cut(c) for c in args.cut]
     be = VulkanBackend(args.device, batch_ops=256)
     print(f"# device: {be.device_properties['device_name']}; batches of {args.vecs} vectors, automatic kernel")
     print(f"{'dtype':5} {'shape':>11} {'vecs':>4} {'kernel':34} {'us':>8} {'TB/s':>6} {'NMSE':>9} timer"
@@ -356,20 +364,29 @@ def batches(args, shapes, dtypes, rng) -> int:
                     h = be.allocate(len(data))
                     be.copy_to_device(data, h)
                     hws.append(h)
-                for nv, x_bits, x_from in [(nv, xb, xf) for nv in args.vecs for xb in args.x_bits for xf in args.x_from]:
-                    if (x_bits == 8 or x_from != "auto") and dtype not in QMATVEC_PACKED_DTYPES:
-                        continue  # 8-bit x and where x comes from are choices of the packed kernel only
+                runs = [(nv, xb, xf, cut) for nv in args.vecs for xb in args.x_bits for xf in args.x_from
+                        for cut in [()] + cuts]
+                for nv, x_bits, x_from, cut in runs:
+                    if (x_bits == 8 or x_from != "auto" or cut) and dtype not in QMATVEC_PACKED_DTYPES:
+                        continue  # 8-bit x, where x comes from and cuts are choices of the packed kernel only
                     if x_bits == 8 and x_from == "dispatch":
                         continue  # 8-bit x is quantized by each workgroup only
                     cfg = dict(knobs, **({"layout": "packed", "x_bits": 8} if x_bits == 8 else {}))
                     if x_from != "auto":
                         cfg.update(layout="packed", xq=x_from)
                     try:
+                        restore_kernel(be)
                         be._policy.configure_qmatvec(cfg)
                         kernel = be._policy.qmatvec(dtype, n_cols, n_rows, nv)
                     except ValueError as exc:  # e.g. x of many vectors does not fit in shared memory
                         print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} {nv:>4} {x_bits}-bit x: FAILED: {exc}")
                         continue
+                    if cut and not kernel.packed:
+                        continue  # a kernel without the packed kernel's CUT_* defines
+                    if cut and ("x" in cut or "xfirst" in cut or "quads" in cut) and ".xwg" not in kernel.spv:
+                        continue  # x comes from a dispatch: nothing of it in this kernel to cut
+                    if cut:
+                        kernel = cut_kernel(be, kernel, cut)
                     x = rng.uniform(-1, 1, (nv, n_cols)).astype(np.float32)
                     ref = np.tile(x.astype(np.float64) @ base_ref.T, (1, -(-n_rows // len(base_ref))))[:, :n_rows]
                     hx, hy = be.allocate(x.nbytes), be.allocate(4 * nv * n_rows)
@@ -381,12 +398,17 @@ def batches(args, shapes, dtypes, rng) -> int:
                     got = np.frombuffer(bytes(raw), np.float32).astype(np.float64).reshape(nv, n_rows)
                     err = max(nmse(got[v], ref[v]) for v in range(nv))
                     name = kernel.spv.replace(".spv", "") + ("" if kernel.vectors == nv else f" x{nv} calls")
+                    checked = not set(cut) - EXACT_CUTS
+                    if cut:
+                        name = f"cut:{'+'.join(cut)} " + name.split("+cut:")[0]
                     if ".xwg" in kernel.spv and kernel.spec[2] < n_cols // 32:  # x held a chunk at a time
                         name += f" x/{32 * kernel.spec[2]}"
                     regs = f" {register_column(be, kernel):>5}" if args.stats else ""
                     print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} {nv:>4} {name:34} {ns / 1e3:8.2f} "
-                          f"{len(data) / ns * 1e-3:6.3f} {err:9.2e} {timer}{regs}", flush=True)
+                          f"{len(data) / ns * 1e-3:6.3f} {err:9.2e} {timer}{regs}"
+                          + ("" if checked else " (cut)"), flush=True)
                     be.free(hx), be.free(hy)
+                restore_kernel(be)
                 be._policy.configure_qmatvec({})
                 for h in hws:
                     be.free(h)
@@ -424,6 +446,8 @@ def main(argv=None) -> int:
     ap.add_argument("--knobs", nargs="+", default=[], metavar="KEY=VALUE",
                     help="with --vecs: qmatvec knobs for every batch (KernelPolicy.configure_qmatvec), e.g. "
                          "layout=packed rows=1 unroll=2")
+    ap.add_argument("--cut", nargs="+", default=[], metavar="PARTS",
+                    help="with --vecs: also the packed kernel's ablated twins (as cut:PARTS: variants), e.g. x dots x+dots")
     ap.add_argument("--x-bits", type=int, nargs="+", default=[16], choices=(8, 16),
                     help="with --vecs: x's bits in the packed kernel (8: the faster, less exact xwg8 variant)")
     ap.add_argument("--x-from", nargs="+", default=["auto"], choices=("auto", "workgroup", "dispatch"),
