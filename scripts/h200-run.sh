@@ -19,7 +19,8 @@
 #         Then: python scripts/issue20_targets.py RUNS... --read-floor read_floor.log
 # quantized: round3's quantized_matmul rows alone (read floor, bench beside torch, ggml like for like); carry as round3
 # ablate: where the packed kernel's time goes: the automatic kernel beside its ablated twins (cut: variants of
-#         `kbench probe qmatvec`: x by a lane per block as before the quads, no x quantization, no decoding and
+#         `kbench probe qmatvec`: a butterfly of every sum as before the halving reduction, x by a lane per
+#         block as before the quads, no x quantization, no decoding and
 #         dots, no weight loads) and the shapes of $VARIANTS, with the driver's registers per invocation (--stats),
 #         and the pipeline-statistics tests;
 #         then 8-vector batches of Q4_0 at the automatic shape, its cut twins and the knob sets of $BATCH_KNOBS,
@@ -105,18 +106,20 @@ elif [ "$what" = ablate ]; then
     -p no:cacheprovider > "$out/tests.log" 2>&1
   tail -3 "$out/tests.log"
   timeout ${PROBE_S:-300} python3 -m kbench.probes qmatvec --stats --repeats 3 --dtypes ${DTYPES:-Q4_0 Q8_0 Q6_K} \
-    --variants auto cut:quads:auto cut:x:auto cut:dots:auto cut:x+dots:auto cut:loads:auto cut:x+loads+dots:auto \
-    ${VARIANTS:-} \
+    --variants ${CUT_VARIANTS:-auto cut:halving:auto cut:quads:auto cut:x:auto cut:dots:auto cut:x+dots:auto cut:loads:auto \
+    cut:x+loads+dots:auto} ${VARIANTS:-} \
     > "$out/probe_ablate.log" 2>&1
   cat "$out/probe_ablate.log"
   # 8 vectors (the batch that does not beat torch's fp16 mm): the automatic shape and the knob sets of
   # $BATCH_KNOBS (';' between sets), registers per invocation beside each
   IFS=';' read -ra sets <<< "${BATCH_KNOBS:-layout=packed rows=1;layout=packed rows=2 unroll=1;layout=packed lanes=16 rows=1}"
-  timeout ${BATCH_S:-120} python3 -m kbench.probes qmatvec --vecs 8 --x-bits 16 8 --stats --dtypes Q4_0 --repeats 3 \
-    > "$out/probe_vecs8.log" 2>&1
-  # where a batch's time goes: its ablated twins (x by a lane per block, no x, no dots, no loads)
-  CUDA_VISIBLE_DEVICES= timeout ${BATCH_S:-120} python3 -m kbench.probes qmatvec --vecs 8 --stats --dtypes Q4_0 \
-    --repeats 3 --knobs layout=packed --cut quads x dots x+dots loads >> "$out/probe_vecs8.log" 2>&1
+  timeout ${BATCH_S:-120} python3 -m kbench.probes qmatvec --vecs ${VECS:-8} --x-bits 16 8 --stats --dtypes Q4_0 \
+    --repeats 3 > "$out/probe_vecs8.log" 2>&1
+  # where a batch's time goes: its ablated twins (butterfly reduction, x by a lane per block, no x, no dots,
+  # no loads)
+  CUDA_VISIBLE_DEVICES= timeout ${BATCH_S:-120} python3 -m kbench.probes qmatvec --vecs ${VECS:-8} --stats \
+    --dtypes Q4_0 --repeats 3 --knobs layout=packed --cut ${BATCH_CUTS:-halving quads x dots x+dots loads} \
+    >> "$out/probe_vecs8.log" 2>&1
   for set in "${sets[@]}"; do
     echo "# knobs: $set" >> "$out/probe_vecs8.log"
     # shellcheck disable=SC2086  # (no CUDA device: torch's figure is the first run's)

@@ -386,7 +386,10 @@ void load_batch(uint row0, uint b0, uint nu, uint bend) {
 }
 
 const uint K = ROWS * NX;  // a team's sums: row r, vector v at r * NX + v
-float acc[K];
+// K rounded up to a power of two: the halving reduction's slots (those from K on stay 0)
+const uint K1 = K - 1u;
+const uint KP = (K1 | (K1 >> 1u) | (K1 >> 2u) | (K1 >> 4u) | (K1 >> 8u) | (K1 >> 16u)) + 1u;
+float acc[KP];
 
 // units c0 .. c1 - 1 of rows row0 .. row0 + ROWS - 1 (rows past the matrix load its last row,
 // unused) into acc; nu units per row; `loaded`: the first batch is in q_next already
@@ -463,15 +466,53 @@ void team_units(uint tl, uint row0, uint nu, uint c0, uint c1, bool loaded) {
 void team_write(uint team, uint tl, uint lid, uint row0) {
     uint rows = row0 < pc.n_rows ? min(ROWS, pc.n_rows - row0) : 0u;
 #if defined(USE_SUBGROUP)
-    // butterfly within min(LANES, subgroup): every lane of it ends with the sums
-    uint width = min(LANES, gl_SubgroupSize);
-    for (uint k = 0u; k < K; ++k) {
-        for (uint m = 1u; m < width; m <<= 1u) {
-            acc[k] += subgroupShuffleXor(acc[k], m);
+#if defined(CUT_HALVING)
+    const bool HALVING = false;  // ablation: a butterfly of every sum, as before the halving
+#else
+    const bool HALVING = true;
+#endif
+    if (HALVING && LANES <= gl_SubgroupSize) {
+        // Halving: at distance m = 1, 2, 4, .. each lane keeps half of its c sums (the upper half
+        // where bit m of its lane is set), adds its partner's copy of that half and sends the other,
+        // c / 2 shuffles a step, until one sum per lane or the team's width is reached; then a
+        // butterfly over the remaining distances.  K - 1 shuffles where a butterfly of every sum
+        // took K log2(LANES) (160 for 8 vectors of 4 rows): the reduction was most of a short-row
+        // batch's time on the H100 (docs/kernel-choices.md).
+        uint c = KP, base = 0u, m = 1u;
+        for (; m < LANES && c > 1u; m <<= 1u) {
+            uint h = c >> 1u;
+            bool upper = (tl & m) != 0u;
+            for (uint j = 0u; j < h; ++j) {
+                float keep = upper ? acc[j + h] : acc[j], send = upper ? acc[j] : acc[j + h];
+                acc[j] = keep + subgroupShuffleXor(send, m);
+            }
+            base += upper ? h : 0u;
+            c = h;
+        }
+        for (uint mm = m; mm < LANES; mm <<= 1u) {
+            acc[0] += subgroupShuffleXor(acc[0], mm);  // (c = 1 here: one sum per lane)
+        }
+        // lane tl holds sums base .. base + c - 1; where the butterfly left copies, lanes with the
+        // bits from m on clear write them
+        if (tl < m) {
+            for (uint j = 0u; j < c; ++j) {
+                uint kk = base + j;
+                if (kk < K && kk / NX < rows) {
+                    y[(kk % NX) * pc.n_rows + row0 + kk / NX] = acc[j];
+                }
+            }
+        }
+    } else {
+        // butterfly within min(LANES, subgroup): every lane of it ends with the sums
+        uint width = min(LANES, gl_SubgroupSize);
+        for (uint k = 0u; k < K; ++k) {
+            for (uint m = 1u; m < width; m <<= 1u) {
+                acc[k] += subgroupShuffleXor(acc[k], m);
+            }
         }
     }
-    if (LANES <= gl_SubgroupSize) {
-        // lane l of the team writes accumulators l, l + LANES, ... (more sums than lanes: many vectors)
+    if (!HALVING && LANES <= gl_SubgroupSize) {
+        // lane l of the team writes sums l, l + LANES, ... (more sums than lanes: many vectors)
         for (uint k0 = 0u; k0 < K; k0 += LANES) {
             uint kk = k0 + tl;
             if (kk < K && kk / NX < rows) {
@@ -482,7 +523,7 @@ void team_write(uint team, uint tl, uint lid, uint row0) {
                 y[(kk % NX) * pc.n_rows + row0 + kk / NX] = s;
             }
         }
-    } else {
+    } else if (LANES > gl_SubgroupSize) {
         uint per_team = LANES / gl_SubgroupSize;  // subgroups of a team (whole: LANES and WG are multiples)
         uint sg_in_team = tl / gl_SubgroupSize;
         if (gl_SubgroupInvocationID == 0u) {
@@ -569,7 +610,7 @@ void main() {
     uint held = 0xFFFFFFFFu;  // the first unit of the chunk of x in shared memory
     for (uint g = group; g * group_rows < pc.n_rows; g += n_groups) {  // uniform over the workgroup
         uint row0 = g * group_rows + team * ROWS;
-        for (uint k = 0u; k < K; ++k) {
+        for (uint k = 0u; k < KP; ++k) {
             acc[k] = 0.0;
         }
         for (uint c0 = 0u; c0 < nu; c0 += cu) {

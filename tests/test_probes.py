@@ -95,14 +95,14 @@ def test_a_cut_twin_is_the_shipped_packed_kernel_compiled_with_its_cut_defines()
         be._policy.configure_qmatvec({"layout": "packed", "xq": "workgroup"})
         shipped = be._policy.qmatvec(DType.Q4_0, 512, 96)
         twins = []
-        for cut in (("dots",), ("loads",), ("x",), ("xfirst",), ("quads",)):
+        for cut in (("dots",), ("loads",), ("x",), ("xfirst",), ("quads",), ("halving",)):
             twins.append(cut_kernel(be, shipped, cut))
             assert be._policy.qmatvec(DType.Q4_0, 512, 96) is twins[-1], "the policy does not hand out the twin"
         restore_kernel(be)
         assert be._policy.qmatvec(DType.Q4_0, 512, 96) == shipped, "restore_kernel left a twin in place"
         codes = {t.spirv() for t in twins} | {shipped.spirv()}
-        assert len(codes) == 6, "a cut twin compiled to the shipped SPIR-V or to another twin's: the defines did nothing"
-        assert len({t.spv for t in twins} | {shipped.spv}) == 6, "twins share a pipeline-cache key"
+        assert len(codes) == 7, "a cut twin compiled to the shipped SPIR-V or to another twin's: the defines did nothing"
+        assert len({t.spv for t in twins} | {shipped.spv}) == 7, "twins share a pipeline-cache key"
     finally:
         be.close()
 
@@ -141,13 +141,14 @@ def test_the_qmatvec_probe_times_ablated_twins_of_a_batch_and_checks_only_the_ex
     if not _has_int_dot():
         pytest.skip("the device has no shaderIntegerDotProduct (the packed kernel needs it)")
     assert main(["probe", "qmatvec", "--small", "--vecs", "2", "--dtypes", "Q4_0", "--repeats", "1",
-                 "--knobs", "layout=packed", "--cut", "x+dots", "quads"]) == 0
+                 "--knobs", "layout=packed", "lanes=8", "--cut", "x+dots", "quads", "halving"]) == 0
     out = capsys.readouterr().out
     rows = [line.split() for line in out.splitlines() if line.startswith("Q4_0")]
-    assert [r[3] for r in rows] == ["qmatvec_packed.q4_0.xwg.sg", "cut:dots+x", "cut:quads"] * 2, \
-        f"the shipped kernel and its two twins per shape expected:\n{out}"
-    quads = [r for r in rows if r[3] == "cut:quads"]
-    assert all(r[-1] == "replay" and float(r[-2]) < 1e-8 for r in quads), f"cut:quads exact and checked expected:\n{out}"
+    assert [r[3] for r in rows] == ["qmatvec_packed.q4_0.xwg.sg", "cut:dots+x", "cut:quads", "cut:halving"] * 2, \
+        f"the shipped kernel and its three twins per shape expected:\n{out}"
+    exact = [r for r in rows if r[3] in ("cut:quads", "cut:halving")]
+    assert all(r[-1] == "replay" and float(r[-2]) < 1e-8 for r in exact), \
+        f"cut:quads and cut:halving exact and checked expected:\n{out}"
     assert all(r[-1] == "(cut)" for r in rows if r[3] == "cut:dots+x"), f"cut:x+dots marked unchecked expected:\n{out}"
     assert main(["probe", "qmatvec", "--small", "--vecs", "2", "--cut", "y"]) == 2
     cap = capsys.readouterr()

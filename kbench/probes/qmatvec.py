@@ -34,10 +34,12 @@ kernel is a choice of these variants only (the automatic choice keeps GGUF's unt
 cut:PARTS:<spec> (PARTS: x, loads, dots joined by +) times an ablated twin of a packed variant,
 compiled here from shaders/qmatvec_packed.comp with CUT_X (x not quantized: workgroup-x variants),
 CUT_LOADS (no weight loads) or CUT_DOTS (no decoding or dot products): what is left of the time
-says where it goes (its NMSE is meaningless and not checked).  Two cuts keep the product exact, and
+says where it goes (its NMSE is meaningless and not checked).  Three cuts keep the product exact, and
 their NMSE is checked: xfirst (CUT_X_FIRST: x's first loads issued after the weights' first batch, not
-before it) and quads (CUT_QUADS: a lane per block of x instead of the 4 lanes of a quad), both of the
-subgroup variants.  --stats adds the driver's statistics
+before it), quads (CUT_QUADS: a lane per block of x instead of the 4 lanes of a quad) and halving
+(CUT_HALVING: a team's sums reduced by a butterfly of every sum, not by halving), all of the subgroup
+variants.  With --vecs, --cut PARTS.. times the same twins of each batch's packed kernel.  --stats
+adds the driver's statistics
 of every variant's pipeline (registers per invocation on NVIDIA) where the device reports them.
 """
 
@@ -203,9 +205,10 @@ def raw_kernel(be, kernel, kind="loads"):
 
 
 #: what a cut: variant may take out of the packed kernel, and the define that does it
-CUTS = {"x": "CUT_X", "loads": "CUT_LOADS", "dots": "CUT_DOTS", "xfirst": "CUT_X_FIRST", "quads": "CUT_QUADS"}
+CUTS = {"x": "CUT_X", "loads": "CUT_LOADS", "dots": "CUT_DOTS", "xfirst": "CUT_X_FIRST", "quads": "CUT_QUADS",
+        "halving": "CUT_HALVING"}
 #: cuts that keep the product exact (only who loads x, and when, changes): their NMSE is checked
-EXACT_CUTS = {"xfirst", "quads"}
+EXACT_CUTS = {"xfirst", "quads", "halving"}
 
 
 def cut_kernel(be, kernel, cut):
@@ -383,7 +386,7 @@ def batches(args, shapes, dtypes, rng) -> int:
                         continue
                     if cut and not kernel.packed:
                         continue  # a kernel without the packed kernel's CUT_* defines
-                    if cut and ("x" in cut or "xfirst" in cut or "quads" in cut) and ".xwg" not in kernel.spv:
+                    if cut and {"x", "xfirst", "quads"} & set(cut) and ".xwg" not in kernel.spv:
                         continue  # x comes from a dispatch: nothing of it in this kernel to cut
                     if cut:
                         kernel = cut_kernel(be, kernel, cut)
