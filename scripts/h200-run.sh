@@ -118,7 +118,7 @@ elif [ "$what" = ablate ]; then
   # where a batch's time goes: its ablated twins (butterfly reduction, x by a lane per block, no x, no dots,
   # no loads)
   CUDA_VISIBLE_DEVICES= timeout ${BATCH_S:-120} python3 -m kbench.probes qmatvec --vecs ${VECS:-8} --stats \
-    --dtypes Q4_0 --repeats 3 --knobs layout=packed --cut ${BATCH_CUTS:-halving quads x dots x+dots loads} \
+    --dtypes Q4_0 --repeats 3 --knobs layout=packed --cut ${BATCH_CUTS:-halving xsums quads x dots x+dots loads} \
     >> "$out/probe_vecs8.log" 2>&1
   for set in "${sets[@]}"; do
     echo "# knobs: $set" >> "$out/probe_vecs8.log"
