@@ -17,6 +17,8 @@
 #         third_party/ggml-bin-full/test-backend-ops, its build.json, and lib/ with the build machine's
 #         libstdc++.so.6 and libgomp.so.1 (real files) for a device whose own are older.
 #         Then: python scripts/issue20_targets.py RUNS... --read-floor read_floor.log
+# round5: ablate's twins of the halving reduction and x's sums (1 vector; batches of 2, 4, 8), the bench's batches
+#         beside torch, then quantized (carry as round3); about 7 minutes
 # quantized: round3's quantized_matmul rows alone (read floor, bench beside torch, ggml like for like); carry as round3
 # ablate: where the packed kernel's time goes: the automatic kernel beside its ablated twins (cut: variants of
 #         `kbench probe qmatvec`: a butterfly of every sum as before the halving reduction, x by a lane per
@@ -84,6 +86,19 @@ elif [ "$what" = round3 ]; then
     > "$out/ggml-bench.log" 2>&1
   tail -8 "$out/ggml-bench.log"
   tar czf "$out/runs.tgz" -C "$out" b && rm -rf "$out/b"
+elif [ "$what" = round5 ]; then
+  # one session's figures (about 7 minutes): ablate's twins (halving, x's sums) for 1 vector and batches of 2, 4, 8,
+  # the bench's batches beside torch, then quantized's rows; logs packed in logs.tgz, result runs in runs.tgz
+  export CUT_VARIANTS=${CUT_VARIANTS:-auto cut:halving:auto cut:x:auto cut:x+dots:auto cut:x+loads+dots:auto}
+  export VECS=${VECS:-2 4 8} BATCH_CUTS=${BATCH_CUTS:-halving xsums halving+xsums dots} BATCH_KNOBS=${BATCH_KNOBS:-}
+  OUT=$out/ablate bash "$0" ablate | grep -v '^# warmed'
+  mkdir -p "$out/quantized/b"
+  timeout ${BATCH_S:-150} python3 -m kbench bench --full --peer torch --quiet --out "$out/quantized/b" \
+    -k "rotate_mib=256,n_vecs=" > "$out/quantized/bench-batches.log" 2>&1
+  tail -4 "$out/quantized/bench-batches.log"
+  OUT=$out/quantized bash "$0" quantized
+  mv "$out/quantized/runs.tgz" "$out/runs.tgz"
+  tar czf "$out/logs.tgz" -C "$out" ablate quantized && rm -rf "$out/ablate" "$out/quantized"
 elif [ "$what" = quantized ]; then
   # round3's quantized_matmul part alone (about 3 minutes): read floor, bench beside torch, ggml like for like
   mkdir -p "$out/b"
@@ -112,7 +127,7 @@ elif [ "$what" = ablate ]; then
   cat "$out/probe_ablate.log"
   # 8 vectors (the batch that does not beat torch's fp16 mm): the automatic shape and the knob sets of
   # $BATCH_KNOBS (';' between sets), registers per invocation beside each
-  IFS=';' read -ra sets <<< "${BATCH_KNOBS:-layout=packed rows=1;layout=packed rows=2 unroll=1;layout=packed lanes=16 rows=1}"
+  IFS=';' read -ra sets <<< "${BATCH_KNOBS-layout=packed rows=1;layout=packed rows=2 unroll=1;layout=packed lanes=16 rows=1}"
   timeout ${BATCH_S:-120} python3 -m kbench.probes qmatvec --vecs ${VECS:-8} --x-bits 16 8 --stats --dtypes Q4_0 \
     --repeats 3 > "$out/probe_vecs8.log" 2>&1
   # where a batch's time goes: its ablated twins (butterfly reduction, x by a lane per block, no x, no dots,
