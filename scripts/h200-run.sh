@@ -17,7 +17,7 @@
 #         third_party/ggml-bin-full/test-backend-ops, its build.json, and lib/ with the build machine's
 #         libstdc++.so.6 and libgomp.so.1 (real files) for a device whose own are older.
 #         Then: python scripts/issue20_targets.py RUNS... --read-floor read_floor.log
-# round5: ablate's twins of the halving reduction and x's sums (1 vector; batches of 2, 4, 8), the bench's batches
+# round5: ablate's twins of the halving reduction (1 vector; batches of 2, 4, 8), the bench's batches
 #         beside torch, then quantized (carry as round3); about 7 minutes
 # quantized: round3's quantized_matmul rows alone (read floor, bench beside torch, ggml like for like); carry as round3
 # ablate: where the packed kernel's time goes: the automatic kernel beside its ablated twins (cut: variants of
@@ -87,10 +87,10 @@ elif [ "$what" = round3 ]; then
   tail -8 "$out/ggml-bench.log"
   tar czf "$out/runs.tgz" -C "$out" b && rm -rf "$out/b"
 elif [ "$what" = round5 ]; then
-  # one session's figures (about 7 minutes): ablate's twins (halving, x's sums) for 1 vector and batches of 2, 4, 8,
+  # one session's figures (about 7 minutes): ablate's halving twins for 1 vector and batches of 2, 4, 8,
   # the bench's batches beside torch, then quantized's rows; logs packed in logs.tgz, result runs in runs.tgz
   export CUT_VARIANTS=${CUT_VARIANTS:-auto cut:halving:auto cut:x:auto cut:x+dots:auto cut:x+loads+dots:auto}
-  export VECS=${VECS:-2 4 8} BATCH_CUTS=${BATCH_CUTS:-halving xsums halving+xsums dots} BATCH_KNOBS=${BATCH_KNOBS:-}
+  export VECS=${VECS:-2 4 8} BATCH_CUTS=${BATCH_CUTS:-halving dots} BATCH_KNOBS=${BATCH_KNOBS:-}
   OUT=$out/ablate bash "$0" ablate | grep -v '^# warmed'
   mkdir -p "$out/quantized/b"
   timeout ${BATCH_S:-150} python3 -m kbench bench --full --peer torch --quiet --out "$out/quantized/b" \
@@ -133,7 +133,7 @@ elif [ "$what" = ablate ]; then
   # where a batch's time goes: its ablated twins (butterfly reduction, x by a lane per block, no x, no dots,
   # no loads)
   CUDA_VISIBLE_DEVICES= timeout ${BATCH_S:-120} python3 -m kbench.probes qmatvec --vecs ${VECS:-8} --stats \
-    --dtypes Q4_0 --repeats 3 --knobs layout=packed --cut ${BATCH_CUTS:-halving xsums quads x dots x+dots loads} \
+    --dtypes Q4_0 --repeats 3 --knobs layout=packed --cut ${BATCH_CUTS:-halving quads x dots x+dots loads} \
     >> "$out/probe_vecs8.log" 2>&1
   for set in "${sets[@]}"; do
     echo "# knobs: $set" >> "$out/probe_vecs8.log"

@@ -447,11 +447,8 @@ void team_units(uint tl, uint row0, uint nu, uint c0, uint c1, bool loaded) {
                     float sx = uintBitsToFloat(xq[sxi >> 2u][sxi & 3u]);
 #if defined(QT_Q8_0)
                     ivec2 xs = ivec2(0);  // signed weights: no offset to take off
-#elif defined(CUT_XQ_SUMS)
-                    ivec2 xs = ivec2(xsum16(xl0, xh0), xsum16(xl1, xh1));  // ablation: summed here
 #else
-                    uint si = ((17u * all + 1u) & ~1u) + 2u * gb;  // x's sums of q (even: one uvec4)
-                    ivec2 xs = ivec2((si & 2u) == 0u ? xq[si >> 2u].xy : xq[si >> 2u].zw);
+                    ivec2 xs = ivec2(xsum16(xl0, xh0), xsum16(xl1, xh1));
 #endif
 #endif
                     for (uint r = 0u; r < ROWS; ++r) {

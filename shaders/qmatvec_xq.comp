@@ -3,10 +3,7 @@
 // elements s = max|x| / 32639 and q = round(x / s), |q| <= 32639, written as two signed bytes
 // q = 256 * hi + lo with lo in [-128, 127] (so hi stays in [-127, 127]).  Output words, with
 // B = n_cols / 32 blocks: lo bytes of elements 4j .. 4j+3 at word j, hi bytes at 8B + j,
-// the scale of block b (float bits) at 16B + b, and the sums of q over elements 0..15 and 16..31
-// of block b (int32) at S + 2b, S + 2b + 1 with S = 17B rounded up to even (those of x's unsigned-
-// weight partners take off the weights' offset once per 16; summed here once, not by every row
-// group of the matrix-vector kernels).  An all-zero block gets s = 0 and q = 0.
+// the scale of block b (float bits) at 16B + b.  An all-zero block gets s = 0 and q = 0.
 // A block holding a NaN or an infinity gets s = NaN, so the rows it meets come out NaN rather
 // than silently finite.  One invocation per 4 elements; the 8 invocations of a block share its
 // maximum through shared memory (workgroup size a multiple of 8).
@@ -21,7 +18,6 @@ layout(push_constant) uniform Push {
 } pc;
 
 shared float amax[gl_WorkGroupSize.x];
-shared int qsum[gl_WorkGroupSize.x];
 
 const float QMAX = 32639.0;  // 127 * 256 + 127
 
@@ -48,13 +44,11 @@ void main() {
         finite = finite && !isinf(e);
         m = max(m, e);
     }
+    if (i >= n4) {
+        return;  // after the only barrier
+    }
     float inv = finite && m > 0.0 ? QMAX / m : 0.0;
     ivec4 q = clamp(ivec4(roundEven(v * inv)), ivec4(-32639), ivec4(32639));
-    qsum[lid] = q.x + q.y + q.z + q.w;  // (0 past the end: v is 0 there)
-    barrier();
-    if (i >= n4) {
-        return;  // after the last barrier
-    }
     ivec4 lo = ((q + 128) & 255) - 128;
     ivec4 hi = (q - lo) >> 8;
     uint blocks = pc.n_cols >> 5;
@@ -62,9 +56,5 @@ void main() {
     xw[8u * blocks + i] = pack_bytes(hi);
     if ((i & 7u) == 0u) {
         xw[16u * blocks + (i >> 3)] = finite ? floatBitsToUint(m / QMAX) : 0x7FC00000u;
-    }
-    if ((i & 3u) == 0u) {  // a half block: 4 invocations (aligned in the workgroup, a multiple of 8)
-        uint sums = (17u * blocks + 1u) & ~1u;
-        xw[sums + (i >> 2)] = uint(qsum[lid] + qsum[lid + 1u] + qsum[lid + 2u] + qsum[lid + 3u]);
     }
 }

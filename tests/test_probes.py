@@ -130,13 +130,11 @@ def test_cuts_that_keep_the_product_are_checked_against_float64(capsys):
     if not _has_int_dot():
         pytest.skip("the device has no shaderIntegerDotProduct (the packed kernel needs it)")
     assert main(["probe", "qmatvec", "--small", "--dtypes", "Q6_K", "--repeats", "1", "--variants",
-                 "cut:quads:packedw", "cut:quads+xfirst:packedw", "cut:halving:packedw:8:2", "cut:xsums:packed",
-                 "cut:xsums:packedw"]) == 0
+                 "cut:quads:packedw", "cut:quads+xfirst:packedw"]) == 0
     out = capsys.readouterr().out
     rows = [line.split() for line in out.splitlines() if line.startswith("Q6_K") and " us " not in line]
-    assert len(rows) == 8 and all("(cut)" not in r and float(r[7]) < 1e-8 for r in rows), \
-        f"x by a lane per block, loaded after the weights, sums by a butterfly, x's sums of q by each row group: an " \
-        f"exact product per row and no row for xsums of workgroup x expected:\n{out}"
+    assert len(rows) == 4 and all("(cut)" not in r and float(r[7]) < 1e-8 for r in rows), \
+        f"x by a lane per block, or loaded after the weights: an exact product per row expected:\n{out}"
 
 
 def test_the_qmatvec_probe_times_ablated_twins_of_a_batch_and_checks_only_the_exact_ones(capsys):

@@ -324,8 +324,7 @@ def test_policy_takes_the_integer_dot_variant_where_the_device_has_it():
     assert ".dot." not in k.spv and not k.packed, k
     with pytest.raises(ValueError, match="shaderIntegerDotProduct"):
         nodot.configure_qmatvec(dot=True)
-    assert KernelPolicy.qmatvec_xq_bytes(4096) == 2 * 4096 + 4 * 128 + 8 * 128
-    assert KernelPolicy.qmatvec_xq_bytes(32 * 3) == 4 * (52 + 6), "sums at 17 * 3 = 51 words rounded up to 52"
+    assert KernelPolicy.qmatvec_xq_bytes(4096) == 2 * 4096 + 4 * 128
 
 
 def _run_xq(x: np.ndarray) -> np.ndarray:
@@ -348,7 +347,7 @@ def _run_xq(x: np.ndarray) -> np.ndarray:
 @pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
 def test_x_quantizer_keeps_16_bits_per_element_in_blocks_of_32():
     rng = np.random.default_rng(7)
-    n = 32 * 71  # not a multiple of the 256-wide workgroup's 1024 elements; an odd count of blocks
+    n = 32 * 70  # not a multiple of the 256-wide workgroup's 1024 elements
     x = (rng.standard_normal(n) * np.exp(2 * rng.standard_normal(n))).astype(np.float32)
     x[32:64] = 0.0           # an all-zero block
     x[64:96] = 1e-30         # tiny magnitudes keep their relative precision
@@ -356,12 +355,8 @@ def test_x_quantizer_keeps_16_bits_per_element_in_blocks_of_32():
     nb = n // 32
     lo = w[: 8 * nb].view(np.int8).astype(np.int64)
     hi = w[8 * nb: 16 * nb].view(np.int8).astype(np.int64)
-    s = w[16 * nb: 17 * nb].view(np.float32).astype(np.float64)
+    s = w[16 * nb:].view(np.float32).astype(np.float64)
     q = 256 * hi + lo
-    sums = w[(17 * nb + 1) & ~1:].view(np.int32)
-    want = q.reshape(nb, 2, 16).sum(2).ravel()
-    assert len(sums) == 2 * nb and np.array_equal(sums, want), \
-        f"sums of q per half block: expected {want[:6]}.., got {sums[:6]}.."
     assert np.all(np.abs(q) <= 32639), f"|q| up to {np.abs(q).max()}, expected <= 32639"
     amax = np.abs(x.astype(np.float64)).reshape(nb, 32).max(1)
     np.testing.assert_allclose(s, amax / 32639, rtol=1e-6, err_msg="block scales")

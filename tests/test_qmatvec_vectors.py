@@ -38,7 +38,7 @@ CONFIGS = {
                                           "x_chunk": 64}},
 }
 SHAPES = [(7, 256, 2), (13, 512, 3), (33, 1024, 8), (5, 256, 40), (9, 96, 3)]  # n_rows, n_cols, n_vecs (40: more sums
-# than lanes; 96 x 3: an odd count of x blocks, so the sums of x from a first dispatch start mid-uvec4)
+# than lanes; 96 x 3: an odd count of x blocks per vector and in all)
 
 _backends: dict = {}
 

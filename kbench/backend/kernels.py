@@ -1255,10 +1255,8 @@ class KernelPolicy:
 
     @staticmethod
     def qmatvec_xq_bytes(n_cols: int) -> int:
-        """Bytes of quantized x (shaders/qmatvec_xq.comp): 2 bytes per element, per 32 a scale and
-        two sums of q (at a word offset rounded up to even)."""
-        blocks = n_cols // 32
-        return 4 * (((17 * blocks + 1) & ~1) + 2 * blocks)
+        """Bytes of quantized x (shaders/qmatvec_xq.comp): 2 bytes per element, 4 per 32."""
+        return 17 * 4 * (n_cols // 32)
 
     def qmatvec_xq(self) -> Kernel:
         """The kernel that quantizes x for the integer-dot variants (one invocation per 4 elements)."""

@@ -38,8 +38,7 @@ says where it goes (its NMSE is meaningless and not checked).  Three cuts keep t
 their NMSE is checked: xfirst (CUT_X_FIRST: x's first loads issued after the weights' first batch, not
 before it), quads (CUT_QUADS: a lane per block of x instead of the 4 lanes of a quad) and halving
 (CUT_HALVING: a team's sums reduced by a butterfly of every sum, not by halving), all of the subgroup
-variants; and xsums (CUT_XQ_SUMS: x's sums of q computed by every row group from x's bytes, not read
-from the first dispatch's output), of the variants that read x from it.  With --vecs, --cut PARTS.. times the same twins of each batch's packed kernel.  --stats
+variants.  With --vecs, --cut PARTS.. times the same twins of each batch's packed kernel.  --stats
 adds the driver's statistics
 of every variant's pipeline (registers per invocation on NVIDIA) where the device reports them.
 """
@@ -207,16 +206,9 @@ def raw_kernel(be, kernel, kind="loads"):
 
 #: what a cut: variant may take out of the packed kernel, and the define that does it
 CUTS = {"x": "CUT_X", "loads": "CUT_LOADS", "dots": "CUT_DOTS", "xfirst": "CUT_X_FIRST", "quads": "CUT_QUADS",
-        "halving": "CUT_HALVING", "xsums": "CUT_XQ_SUMS"}
+        "halving": "CUT_HALVING"}
 #: cuts that keep the product exact (only who loads x, and when, changes): their NMSE is checked
-EXACT_CUTS = {"xfirst", "quads", "halving", "xsums"}
-
-
-def cut_applies(kernel, cut) -> bool:
-    """Whether ``kernel`` has what ``cut`` takes out: x quantized in the workgroup (x, xfirst, quads)
-    or read from a first dispatch (xsums)."""
-    xwg = ".xwg" in kernel.spv
-    return not ({"x", "xfirst", "quads"} & set(cut) and not xwg or "xsums" in cut and xwg)
+EXACT_CUTS = {"xfirst", "quads", "halving"}
 
 
 def cut_kernel(be, kernel, cut):
@@ -394,8 +386,8 @@ def batches(args, shapes, dtypes, rng) -> int:
                         continue
                     if cut and not kernel.packed:
                         continue  # a kernel without the packed kernel's CUT_* defines
-                    if cut and not cut_applies(kernel, cut):
-                        continue
+                    if cut and {"x", "xfirst", "quads"} & set(cut) and ".xwg" not in kernel.spv:
+                        continue  # x comes from a dispatch: nothing of it in this kernel to cut
                     if cut:
                         kernel = cut_kernel(be, kernel, cut)
                     x = rng.uniform(-1, 1, (nv, n_cols)).astype(np.float32)
@@ -536,8 +528,8 @@ def main(argv=None) -> int:
                         if (cfg.get("layout") == "packed" or cfg.get("cut")) and not kernel.packed:
                             continue  # a format without a packed kernel: it would time the GGUF one again
                         if cfg.get("cut"):
-                            if not cut_applies(kernel, cfg["cut"]):
-                                continue
+                            if "x" in cfg["cut"] and ".xwg" not in kernel.spv:
+                                continue  # x comes from a dispatch: nothing of it in this kernel to cut
                             kernel = cut_kernel(be, kernel, cfg["cut"])
                         if cfg.get("raw"):
                             if dtype != DType.Q4_0 or not kernel.spv.endswith(".sg.spv"):
