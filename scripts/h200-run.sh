@@ -22,9 +22,8 @@
 # quantized: round3's quantized_matmul rows alone (read floor, bench beside torch, ggml like for like); carry as round3
 # ablate: where the packed kernel's time goes: the automatic kernel beside its ablated twins (cut: variants of
 #         `kbench probe qmatvec`: a butterfly of every sum as before the halving reduction, x by a lane per
-#         block as before the quads, no x quantization, no decoding and
-#         dots, no weight loads) and the shapes of $VARIANTS, with the driver's registers per invocation (--stats),
-#         and the pipeline-statistics tests;
+#         block as before the quads, no x quantization, no decoding and dots, no weight loads) and the shapes of
+#         $VARIANTS, with the driver's registers per invocation (--stats), and the pipeline-statistics tests;
 #         then 8-vector batches of Q4_0 at the automatic shape, its cut twins and the knob sets of $BATCH_KNOBS,
 #         with registers
 # Writes result runs and logs under $OUT (at most 8 files come back).

@@ -510,38 +510,38 @@ void team_write(uint team, uint tl, uint lid, uint row0) {
                 acc[k] += subgroupShuffleXor(acc[k], m);
             }
         }
-    }
-    if (!HALVING && LANES <= gl_SubgroupSize) {
-        // lane l of the team writes sums l, l + LANES, ... (more sums than lanes: many vectors)
-        for (uint k0 = 0u; k0 < K; k0 += LANES) {
-            uint kk = k0 + tl;
-            if (kk < K && kk / NX < rows) {
-                float s = 0.0;
+        if (LANES <= gl_SubgroupSize) {
+            // lane l of the team writes sums l, l + LANES, ... (more sums than lanes: many vectors)
+            for (uint k0 = 0u; k0 < K; k0 += LANES) {
+                uint kk = k0 + tl;
+                if (kk < K && kk / NX < rows) {
+                    float s = 0.0;
+                    for (uint k = 0u; k < K; ++k) {
+                        s = k == kk ? acc[k] : s;
+                    }
+                    y[(kk % NX) * pc.n_rows + row0 + kk / NX] = s;
+                }
+            }
+        } else {
+            uint per_team = LANES / gl_SubgroupSize;  // subgroups of a team (whole: LANES and WG are multiples)
+            uint sg_in_team = tl / gl_SubgroupSize;
+            if (gl_SubgroupInvocationID == 0u) {
                 for (uint k = 0u; k < K; ++k) {
-                    s = k == kk ? acc[k] : s;
+                    part[(team * K + k) * per_team + sg_in_team] = acc[k];
                 }
-                y[(kk % NX) * pc.n_rows + row0 + kk / NX] = s;
             }
-        }
-    } else if (LANES > gl_SubgroupSize) {
-        uint per_team = LANES / gl_SubgroupSize;  // subgroups of a team (whole: LANES and WG are multiples)
-        uint sg_in_team = tl / gl_SubgroupSize;
-        if (gl_SubgroupInvocationID == 0u) {
-            for (uint k = 0u; k < K; ++k) {
-                part[(team * K + k) * per_team + sg_in_team] = acc[k];
-            }
-        }
-        barrier();
-        for (uint kk = tl; kk < K; kk += LANES) {
-            if (kk / NX < rows) {
-                float s = 0.0;
-                for (uint g = 0u; g < per_team; ++g) {
-                    s += part[(team * K + kk) * per_team + g];
+            barrier();
+            for (uint kk = tl; kk < K; kk += LANES) {
+                if (kk / NX < rows) {
+                    float s = 0.0;
+                    for (uint g = 0u; g < per_team; ++g) {
+                        s += part[(team * K + kk) * per_team + g];
+                    }
+                    y[(kk % NX) * pc.n_rows + row0 + kk / NX] = s;
                 }
-                y[(kk % NX) * pc.n_rows + row0 + kk / NX] = s;
             }
+            barrier();  // part is written again by the workgroup's next row group
         }
-        barrier();  // part is written again by the workgroup's next row group
     }
 #else
     for (uint k = 0u; k < K; ++k) {

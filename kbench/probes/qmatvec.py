@@ -211,6 +211,12 @@ CUTS = {"x": "CUT_X", "loads": "CUT_LOADS", "dots": "CUT_DOTS", "xfirst": "CUT_X
 EXACT_CUTS = {"xfirst", "quads", "halving"}
 
 
+def cut_applies(kernel, cut) -> bool:
+    """Whether ``kernel`` holds what ``cut`` takes out: a packed kernel, and for the cuts of x's
+    quantization (x, xfirst, quads) one that quantizes x itself (not a first dispatch)."""
+    return kernel.packed and not ({"x", "xfirst", "quads"} & set(cut) and ".xwg" not in kernel.spv)
+
+
 def cut_kernel(be, kernel, cut):
     """Make the policy hand out ``kernel`` compiled with the CUT_* defines of ``cut`` (besides the
     defines its shipped SPIR-V is built with, kbench.shaders.build) until reconfigured."""
@@ -384,12 +390,12 @@ def batches(args, shapes, dtypes, rng) -> int:
                     except ValueError as exc:  # e.g. x of many vectors does not fit in shared memory
                         print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} {nv:>4} {x_bits}-bit x: FAILED: {exc}")
                         continue
-                    if cut and not kernel.packed:
-                        continue  # a kernel without the packed kernel's CUT_* defines
-                    if cut and {"x", "xfirst", "quads"} & set(cut) and ".xwg" not in kernel.spv:
-                        continue  # x comes from a dispatch: nothing of it in this kernel to cut
+                    name = kernel.spv.replace(".spv", "") + ("" if kernel.vectors == nv else f" x{nv} calls")
                     if cut:
+                        if not cut_applies(kernel, cut):
+                            continue
                         kernel = cut_kernel(be, kernel, cut)
+                        name = f"cut:{'+'.join(cut)} {name}"
                     x = rng.uniform(-1, 1, (nv, n_cols)).astype(np.float32)
                     ref = np.tile(x.astype(np.float64) @ base_ref.T, (1, -(-n_rows // len(base_ref))))[:, :n_rows]
                     hx, hy = be.allocate(x.nbytes), be.allocate(4 * nv * n_rows)
@@ -400,10 +406,7 @@ def batches(args, shapes, dtypes, rng) -> int:
                     be.copy_from_device(hy, raw)
                     got = np.frombuffer(bytes(raw), np.float32).astype(np.float64).reshape(nv, n_rows)
                     err = max(nmse(got[v], ref[v]) for v in range(nv))
-                    name = kernel.spv.replace(".spv", "") + ("" if kernel.vectors == nv else f" x{nv} calls")
                     checked = not set(cut) - EXACT_CUTS
-                    if cut:
-                        name = f"cut:{'+'.join(cut)} " + name.split("+cut:")[0]
                     if ".xwg" in kernel.spv and kernel.spec[2] < n_cols // 32:  # x held a chunk at a time
                         name += f" x/{32 * kernel.spec[2]}"
                     regs = f" {register_column(be, kernel):>5}" if args.stats else ""
@@ -525,11 +528,11 @@ def main(argv=None) -> int:
                         restore_kernel(be)
                         be._policy.configure_qmatvec({k: v for k, v in cfg.items() if k not in ("raw", "cut")})
                         kernel = be._policy.qmatvec(dtype, n_cols, n_rows)
-                        if (cfg.get("layout") == "packed" or cfg.get("cut")) and not kernel.packed:
+                        if cfg.get("layout") == "packed" and not kernel.packed:
                             continue  # a format without a packed kernel: it would time the GGUF one again
                         if cfg.get("cut"):
-                            if "x" in cfg["cut"] and ".xwg" not in kernel.spv:
-                                continue  # x comes from a dispatch: nothing of it in this kernel to cut
+                            if not cut_applies(kernel, cfg["cut"]):
+                                continue
                             kernel = cut_kernel(be, kernel, cfg["cut"])
                         if cfg.get("raw"):
                             if dtype != DType.Q4_0 or not kernel.spv.endswith(".sg.spv"):
