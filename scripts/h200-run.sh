@@ -19,6 +19,8 @@
 #         Then: python scripts/issue20_targets.py RUNS... --read-floor read_floor.log
 # round5: ablate's twins of the halving reduction (1 vector; batches of 2, 4, 8), the bench's batches
 #         beside torch, then quantized (carry as round3); about 7 minutes
+# coop: batches of 2, 4, 8 vectors on cooperative matrices (the coop knob; knob sets in $COOP_KNOBS) beside the
+#       automatic packed kernel and torch's fp16 mm, after the kernel's tests on the device's real matrices
 # quantized: round3's quantized_matmul rows alone (read floor, bench beside torch, ggml like for like); carry as round3
 # ablate: where the packed kernel's time goes: the automatic kernel beside its ablated twins (cut: variants of
 #         `kbench probe qmatvec`: a butterfly of every sum as before the halving reduction, x by a lane per
@@ -98,6 +100,26 @@ elif [ "$what" = round5 ]; then
   OUT=$out/quantized bash "$0" quantized
   mv "$out/quantized/runs.tgz" "$out/runs.tgz"
   tar czf "$out/logs.tgz" -C "$out" ablate quantized && rm -rf "$out/ablate" "$out/quantized"
+elif [ "$what" = coop ]; then
+  # batches on cooperative matrices (shaders/qmatmul_coop.comp, the coop knob) against the automatic packed
+  # kernel and torch's fp16 mm, same run: its tests on the real matrices first, then shapes and splits
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+  KBENCH_VALIDATION=0 timeout ${TESTS_S:-90} python3 -m pytest tests/test_qmatmul_coop.py -q -p no:cacheprovider \
+    > "$out/tests.log" 2>&1
+  tail -3 "$out/tests.log"
+  p=(python3 -m kbench.probes qmatvec --stats --repeats 3 --dtypes ${DTYPES:-Q4_0 Q8_0} --vecs ${VECS:-2 4 8})
+  timeout ${BATCH_S:-120} "${p[@]}" > "$out/probe_coop.log" 2>&1
+  echo "# knobs: coop=true" >> "$out/probe_coop.log"
+  CUDA_VISIBLE_DEVICES= timeout ${BATCH_S:-120} "${p[@]}" --knobs coop=true >> "$out/probe_coop.log" 2>&1
+  # launch shapes at 8 vectors (Q4_0): splits, blocks a step, subgroups a workgroup
+  IFS=';' read -ra sets <<< "${COOP_KNOBS-coop=true coop_splits=1;coop=true coop_unroll=1;coop=true coop_subgroups=2 coop_unroll=4;coop=true coop_subgroups=8 coop_unroll=1}"
+  for set in "${sets[@]}"; do
+    echo "# knobs: $set" >> "$out/probe_coop.log"
+    # shellcheck disable=SC2086  # (no CUDA device: torch's figure is the first run's)
+    CUDA_VISIBLE_DEVICES= timeout ${KNOB_S:-45} python3 -m kbench.probes qmatvec --stats --repeats 3 --dtypes Q4_0 \
+      --vecs 8 --knobs $set >> "$out/probe_coop.log" 2>&1
+  done
+  grep -v "^# warmed" "$out/probe_coop.log"
 elif [ "$what" = quantized ]; then
   # round3's quantized_matmul part alone (about 3 minutes): read floor, bench beside torch, ggml like for like
   mkdir -p "$out/b"

@@ -44,6 +44,9 @@ PUSH_ATTENTION_COMBINE = _push(("n_chunks", "u"), ("ml_off", "u"))
 PUSH_QMATVEC = _push(("n_rows", "u"), ("n_cols", "u"), ("row_bytes", "u"))
 PUSH_QMATVEC_XQ = _push(("n_cols", "u"))
 PUSH_QMATVEC_PACK = _push(("n_blocks", "u"))
+PUSH_QMATMUL_COOP = _push(("n_rows", "u"), ("n_cols", "u"), ("bps", "u"), ("kp8", "u"))
+PUSH_QMATMUL_COOP_X = _push(("n_cols", "u"), ("kp8", "u"), ("nv", "u"), ("scales_at", "u"))
+PUSH_QMATMUL_COOP_SUM = _push(("n", "u"), ("splits", "u"))
 PUSH_COPY = _push(("src_off", "u"), ("dst_off", "u"), ("count", "u"))
 
 #: quantized_matmul weight formats with a Vulkan kernel (qmatvec.<name>.*.spv)
@@ -205,6 +208,31 @@ class AttentionPlan:
         head = (seq_len, group, kv_stride, self.n_chunks, self.ml_off, self.head_blocks)
         extra = (self.chunk,) if self.stream else ()
         return self.partial.push_record(*head, *extra, np.float32(scale))
+
+
+@dataclass(frozen=True)
+class QMatmulCoopPlan:
+    """quantized_matmul of a batch on cooperative matrices (shaders/qmatmul_coop.comp): x made the
+    B operand by ``prep``, the product by ``main`` over (row blocks, splits), the splits' partial sums
+    added by ``sum`` where there are several."""
+
+    main: Kernel
+    prep: Kernel
+    sum: Kernel
+    rows: int  # rows per workgroup (16 per subgroup)
+    splits: int  # workgroups along each row, each taking ``bps`` blocks of 32
+    bps: int
+    kp8: int  # B's column pitch in uvec4 (8 halves)
+    tiles: int  # 16-column tiles of B (two columns per vector)
+    packed_bytes: int
+
+    @property
+    def b_bytes(self) -> int:
+        """Scratch of the B operand: 16 * tiles columns, then a float per column (1 / scale)."""
+        return 16 * (16 * self.tiles * self.kp8) + 4 * 16 * self.tiles
+
+    def grid(self, n_rows: int) -> tuple[int, int, int]:
+        return (_ceil_div(n_rows, self.rows), self.splits, 1)
 
 
 @dataclass(frozen=True)
@@ -930,7 +958,8 @@ class KernelPolicy:
         the GGUF kernels."""
         cfg = dict(config or {}, **knobs)
         unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot", "xq",
-                              "layout", "unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk"}
+                              "layout", "unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk",
+                              "coop", "coop_subgroups", "coop_unroll", "coop_splits"}
         if unknown:
             raise ValueError(f"qmatvec config: unknown keys {sorted(unknown)}")
         if cfg.get("kernel", "auto") not in ("auto", "fast", "generic"):
@@ -983,7 +1012,13 @@ class KernelPolicy:
         if cfg.get("x_chunk") is not None and cfg.get("xq") == "dispatch":
             raise ValueError("qmatvec config: x_chunk is the chunk of x each workgroup holds; it cannot take "
                              "xq='dispatch'")
-        for key in ("lanes", "rows", "teams", "chunk", "tile_kib", "unroll", "groups", "x_chunk"):
+        if cfg.get("coop") is not None and not isinstance(cfg["coop"], bool):
+            raise ValueError(f"qmatvec config: coop must be True or False, got {cfg['coop']!r}")
+        for key in ("coop_subgroups", "coop_unroll", "coop_splits"):
+            if cfg.get(key) is not None and not cfg.get("coop"):
+                raise ValueError(f"qmatvec config: {key} is a choice of coop=True")
+        for key in ("lanes", "rows", "teams", "chunk", "tile_kib", "unroll", "groups", "x_chunk",
+                    "coop_subgroups", "coop_unroll", "coop_splits"):
             v = cfg.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"qmatvec config: {key} must be a positive int, got {v!r}")
@@ -1228,6 +1263,94 @@ class KernelPolicy:
                                  **plan)
         return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.{reduce}.spv", spec, PUSH_QMATVEC,
                              uses_xq=True, xq_bytes=self.qmatvec_xq_bytes(nx * n_cols), **plan)
+
+    # -- batches on cooperative matrices (shaders/qmatmul_coop.comp) -------------------------------
+    #: formats qmatmul_coop.comp decodes (from the packed layout)
+    QMATMUL_COOP_DTYPES = frozenset({DType.Q4_0, DType.Q8_0})
+    #: the automatic choice takes the cooperative-matrix kernel from this many vectors (None: only
+    #: where the ``coop`` knob asks for it)
+    QMATMUL_COOP_MIN_VECS: int | None = None
+    #: most vectors one dispatch takes (two B columns each)
+    QMATMUL_COOP_MAX_VECS = 32
+    #: (subgroups per workgroup, blocks of 32 per step): 64 rows a workgroup, two stages of hi and lo
+    #: planes in 36 KiB of shared memory
+    QMATMUL_COOP_SHAPE = (4, 2)
+    #: splits along the rows until the grid has this many workgroups per compute unit (64 workgroups
+    #: per unit's worth where the device does not say how many units it has), each split at least
+    #: QMATMUL_COOP_MIN_STEPS steps long
+    QMATMUL_COOP_GROUPS_PER_CU = 4
+    QMATMUL_COOP_MIN_STEPS = 4
+
+    def qmatmul_coop_unsupported(self, dtype: DType, n_vecs: int) -> str:
+        """Why qmatmul_coop.comp cannot take this product here ("" when it can)."""
+        if dtype not in self.QMATMUL_COOP_DTYPES:
+            return f"qmatmul_coop has no {dtype.name} decoder (it takes {sorted(d.name for d in self.QMATMUL_COOP_DTYPES)})"
+        if not 1 <= n_vecs <= self.QMATMUL_COOP_MAX_VECS:
+            return f"qmatmul_coop takes 1 to {self.QMATMUL_COOP_MAX_VECS} vectors, not {n_vecs}"
+        if self.coop_emulate:
+            feats = self.props.get("features", {})
+            ok = feats.get("subgroup_basic") and self.subgroup_size >= 8
+            return "" if ok else "the emulated cooperative-matrix kernel needs subgroups of >= 8 invocations"
+        return self.matmul_f16_unsupported("f16")
+
+    def qmatmul_coop(self, dtype: DType, n_cols: int, n_rows: int, n_vecs: int) -> QMatmulCoopPlan | None:
+        """The cooperative-matrix plan for a batch where the ``coop`` knob or the automatic choice
+        (QMATMUL_COOP_MIN_VECS) takes it, else None.  ValueError where the knob asks for it and the
+        device or the product cannot have it."""
+        cfg = self.qmatvec_config
+        want = cfg.get("coop")
+        if want is None:
+            want = (self.QMATMUL_COOP_MIN_VECS is not None and n_vecs >= self.QMATMUL_COOP_MIN_VECS
+                    and self._qmatvec_layout(dtype, n_cols, n_rows, n_vecs) == "packed"
+                    and not self.qmatmul_coop_unsupported(dtype, n_vecs))
+            if not want:
+                return None
+        elif not want:
+            return None
+        why = self.qmatmul_coop_unsupported(dtype, n_vecs)
+        if why:
+            raise ValueError(f"quantized_matmul: coop=True: {why}")
+        nsg = int(cfg.get("coop_subgroups") or self.QMATMUL_COOP_SHAPE[0])
+        unroll = int(cfg.get("coop_unroll") or self.QMATMUL_COOP_SHAPE[1])
+        tiles = _ceil_div(2 * n_vecs, 16)
+
+        def shared_bytes(nsg: int, unroll: int) -> int:  # two stages of hi and lo planes, or the C tiles
+            return 16 * max(2 * 2 * 16 * nsg * (4 * unroll + 1), nsg * tiles * 64)
+
+        # the automatic shape shrinks to the device: fewer rows per workgroup first, then shorter steps
+        while "coop_subgroups" not in cfg and nsg > 1 and shared_bytes(nsg, unroll) > self.max_shared:
+            nsg //= 2
+        while "coop_unroll" not in cfg and unroll > 1 and shared_bytes(nsg, unroll) > self.max_shared:
+            unroll -= 1
+        wg = nsg * self.subgroup_size
+        if wg > min(self.max_invocations, self.max_size[0]):
+            raise ValueError(f"quantized_matmul: coop_subgroups={nsg} makes {wg} invocations, beyond the device's "
+                             f"{min(self.max_invocations, self.max_size[0])}")
+        bm = 16 * nsg
+        shared = shared_bytes(nsg, unroll)
+        if shared > self.max_shared:
+            raise ValueError(f"quantized_matmul: qmatmul_coop with {nsg} subgroups, {unroll} blocks a step and "
+                             f"{n_vecs} vectors needs {shared} bytes of shared memory; the device has {self.max_shared}")
+        nb = n_cols // 32
+        groups = _ceil_div(n_rows, bm)
+        splits = cfg.get("coop_splits")
+        if splits is None:
+            cu = self.compute_units["count"] if self.compute_units else 16
+            splits = max(1, min(_ceil_div(self.QMATMUL_COOP_GROUPS_PER_CU * cu, groups),
+                                nb // (unroll * self.QMATMUL_COOP_MIN_STEPS)))
+        bps = _ceil_div(_ceil_div(nb, int(splits)), unroll) * unroll
+        splits = _ceil_div(nb, bps)
+        if groups > self.max_count[0] or splits > self.max_count[1]:
+            raise ValueError(f"quantized_matmul: qmatmul_coop's {groups} x {splits} grid exceeds the device's limits")
+        variant = "emulated" if self.coop_emulate else "khr"
+        name = QMATVEC_DTYPES[dtype]
+        io_wg = min(256, self.wg)
+        return QMatmulCoopPlan(
+            main=Kernel(f"qmatmul_coop.{name}.{variant}.spv", (wg, nsg, unroll, tiles, n_vecs), PUSH_QMATMUL_COOP),
+            prep=Kernel("qmatmul_coop_io.x.spv", (io_wg, 1 if dtype == DType.Q4_0 else 0), PUSH_QMATMUL_COOP_X),
+            sum=Kernel("qmatmul_coop_io.sum.spv", (self.wg, 0), PUSH_QMATMUL_COOP_SUM),
+            rows=bm, splits=splits, bps=bps, kp8=splits * bps * 4, tiles=tiles,
+            packed_bytes=self.qmatvec_packed_bytes(dtype, n_rows, n_cols))
 
     def qmatvec_pack(self, dtype: DType) -> Kernel:
         """The kernel that repacks GGUF ``dtype`` weights for qmatvec_packed (one invocation per

@@ -29,7 +29,7 @@ import numpy as np
 
 import kbench.runtime as kp
 from kbench.backend.base import BufferHandle, ComputeBackend, DeviceInfo
-from kbench.backend.kernels import (QMATVEC_DTYPES, ROPE_MAX_POS, Kernel, KernelPolicy, QMatvecKernel,
+from kbench.backend.kernels import (QMATVEC_DTYPES, ROPE_MAX_POS, Kernel, KernelPolicy, QMatmulCoopPlan, QMatvecKernel,
                                     describe_policy)
 from kbench.quant import DType, row_bytes
 
@@ -410,10 +410,14 @@ class VulkanBackend(ComputeBackend):
 
     def _quantized_matmul_vecs(self, weights: BufferHandle, input: BufferHandle, output: BufferHandle,
                                n_rows: int, n_cols: int, dtype: DType, n_vecs: int) -> None:
-        kernel = self._policy.qmatvec(dtype, n_cols, n_rows, n_vecs)
         rb = row_bytes(dtype, n_cols)
         if n_rows * rb > 0xFFFFFFFF:
             raise ValueError(f"quantized_matmul: {n_rows} rows of {rb} bytes exceed the kernel's 4 GiB byte offsets")
+        coop = self._policy.qmatmul_coop(dtype, n_cols, n_rows, n_vecs)
+        if coop is not None:
+            self._qmatmul_coop_dispatch(coop, weights, input, output, n_rows, n_cols, dtype, n_vecs)
+            return
+        kernel = self._policy.qmatvec(dtype, n_cols, n_rows, n_vecs)
         if kernel.vectors != n_vecs:  # a GGUF kernel takes one vector
             self._each_vector(lambda xs, ys: self._qmatvec_dispatch(kernel, weights, xs, ys, n_rows, n_cols, dtype),
                               input, output, n_rows, n_cols, n_vecs)
@@ -444,6 +448,25 @@ class VulkanBackend(ComputeBackend):
             self._dispatch(xq_kernel, (input.id, x), self._policy.grid_1d(_ceil_div(elems // 4, xq_kernel.spec[0])),
                            xq_kernel.push_record(elems))
         self._dispatch(kernel, (w, x, output.id), grid, kernel.push_record(n_rows, n_cols, row_bytes(dtype, n_cols)))
+
+    def _qmatmul_coop_dispatch(self, plan: QMatmulCoopPlan, weights: BufferHandle, input: BufferHandle,
+                               output: BufferHandle, n_rows: int, n_cols: int, dtype: DType, n_vecs: int) -> None:
+        """x as the B operand, the product on cooperative matrices, then the splits' sum (shaders/qmatmul_coop*.comp)."""
+        w = self._packed_weights(weights, dtype, n_rows, n_cols, plan.packed_bytes)
+        xb = self._scratch(plan.b_bytes, "qmatmul_coop_b")
+        prep = plan.prep
+        scales_at = 16 * plan.tiles * plan.kp8
+        self._dispatch(prep, (input.id, xb), (_ceil_div(plan.kp8, prep.spec[0]), n_vecs, 1),
+                       prep.push_record(n_cols, plan.kp8, n_vecs, scales_at))
+        push = plan.main.push_record(n_rows, n_cols, plan.bps, plan.kp8)
+        if plan.splits == 1:
+            self._dispatch(plan.main, (w, xb, output.id), plan.grid(n_rows), push)
+            return
+        n = n_vecs * n_rows
+        part = self._scratch(4 * plan.splits * n, "qmatmul_coop_part")
+        self._dispatch(plan.main, (w, xb, part), plan.grid(n_rows), push)
+        self._dispatch(plan.sum, (part, output.id), self._policy.grid_1d(_ceil_div(n, plan.sum.spec[0])),
+                       plan.sum.push_record(n, plan.splits))
 
     #: device memory the repacked weight copies (qmatvec layout "packed") may hold; beyond it
     #: the least recently used copies go (and are made again on their next use)

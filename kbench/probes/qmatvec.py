@@ -386,11 +386,17 @@ def batches(args, shapes, dtypes, rng) -> int:
                     try:
                         restore_kernel(be)
                         be._policy.configure_qmatvec(cfg)
-                        kernel = be._policy.qmatvec(dtype, n_cols, n_rows, nv)
+                        coop = be._policy.qmatmul_coop(dtype, n_cols, n_rows, nv)
+                        kernel = coop.main if coop else be._policy.qmatvec(dtype, n_cols, n_rows, nv)
                     except ValueError as exc:  # e.g. x of many vectors does not fit in shared memory
                         print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} {nv:>4} {x_bits}-bit x: FAILED: {exc}")
                         continue
-                    name = kernel.spv.replace(".spv", "") + ("" if kernel.vectors == nv else f" x{nv} calls")
+                    if coop:  # the cooperative-matrix kernel with its splits along the rows
+                        if cut or x_bits == 8 or x_from != "auto":
+                            continue
+                        name = f"{kernel.spv.replace('.spv', '')} s{coop.splits}"
+                    else:
+                        name = kernel.spv.replace(".spv", "") + ("" if kernel.vectors == nv else f" x{nv} calls")
                     if cut:
                         if not cut_applies(kernel, cut):
                             continue

@@ -1,0 +1,329 @@
+#version 450
+#extension GL_EXT_control_flow_attributes : enable
+#extension GL_KHR_shader_subgroup_basic : require
+#ifndef COOP_EMULATE
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#endif
+// kbench: requires glslang>=13
+// kbench: variant q4_0.khr QT_Q4_0 target=vulkan1.3
+// kbench: variant q4_0.emulated QT_Q4_0 COOP_EMULATE target=vulkan1.1
+// kbench: variant q8_0.khr QT_Q8_0 target=vulkan1.3
+// kbench: variant q8_0.emulated QT_Q8_0 COOP_EMULATE target=vulkan1.1
+//
+// quantized_matmul for a batch of NV vectors on cooperative matrices (VK_KHR_cooperative_matrix,
+// 16x16x16 fp16 x fp16 -> fp32): Y = W X with W in the packed layout of qmatvec_pack.comp (Q4_0,
+// Q8_0) and X prepared by qmatmul_coop_io.comp (variant x) as the B operand.
+//
+// Exact to fp32 rounding, not to fp16: every weight w = q * d (Q4_0: q - 8 of 4 bits, Q8_0: 8 bits,
+// times an 11-bit fp16 scale: at most 19 significant bits) is written to shared memory as two fp16
+// numbers, w_hi = fp16(w) and w_lo = w - w_hi (exact: at most 8 bits, and no finer than d's last
+// bit, so an fp16 subnormal holds it).  B holds each vector as two fp16 columns the same way (x
+// times a power of two per vector that puts max|x| in [2^14, 2^15): 22 of x's 24 bits).  The
+// accumulators add (A_hi + A_lo) B in fp32 over the whole row, no per-block scaling: y_v =
+// (C[:, v] + C[:, NV + v]) / scale_v.  What is lost against float64 is x's last 2 bits and fp32
+// accumulation (NMSE about 1e-13 for uniform data), where fp16 weights or x would give about 1e-7.
+//
+// A workgroup of NSG subgroups takes BM = 16 NSG rows and one split of the row's blocks of 32
+// (gl_WorkGroupID.y; pc.bps blocks each); subgroup s owns rows 16 s .. 16 s + 15 and NT 16x16
+// accumulators (columns of B).  Per step of U blocks, the workgroup's invocations load the quants
+// and scales of BM x U (row, block) pairs into registers (the next step's loads go out before the
+// current step is multiplied), decode them into the A planes of a shared-memory stage (two stages,
+// one barrier a step), and each subgroup multiplies its 16 rows: 2 U k-slices of 16, two
+// coopMatMulAdd (hi, lo planes) per slice and column tile, B read from global memory (L1/L2).
+// A decoded row holds a block's 32 weights in decoding order (a permutation within the block that
+// qmatmul_coop_io.comp's x variant applies to x too: its PERM).  With one split the workgroup
+// writes y; with several, a partial sum per split at (split * NV + v) * n_rows + row, added by the
+// io shader's sum variant.
+//
+// The emulated variant (COOP_EMULATE) does the cooperative-matrix operations and the decoding in
+// plain fp32 code with the same memory layout, so that the staging, edges, splits and epilogue are
+// tested on devices without cooperative matrices (tests/test_qmatmul_coop.py).
+//
+// local_size_x = NSG * subgroup size.  Grid: (ceil(n_rows / BM), splits).
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint NSG = 4;  // subgroups per workgroup, 16 rows each
+layout(constant_id = 2) const uint U = 2;    // blocks of 32 per step
+layout(constant_id = 3) const uint NT = 1;   // 16-column tiles of B: ceil(2 NV / 16)
+layout(constant_id = 4) const uint NV = 8;   // vectors
+
+#if defined(QT_Q4_0)
+const uint QV = 1u;  // uvec4 of quants per block
+#else
+const uint QV = 2u;
+#endif
+
+layout(std430, binding = 0) readonly buffer Packed { uvec4 wq[]; };
+layout(std430, binding = 1) readonly buffer XB { uvec4 xb[]; };  // B columns, then 1 / scale per vector
+layout(std430, binding = 2) writeonly buffer Output { float y[]; };
+
+layout(push_constant) uniform Push {
+    uint n_rows;
+    uint n_cols;
+    uint bps;  // blocks of 32 per split (a multiple of U)
+    uint kp8;  // B's column pitch in uvec4 (8 halves)
+} pc;
+
+const uint WG = gl_WorkGroupSize.x;
+const uint BM = 16u * NSG;
+const uint APITCH = 4u * U + 1u;             // uvec4 per A row of a step (one of padding)
+const uint PLANE = BM * APITCH;
+const uint STAGE = 2u * PLANE;               // hi and lo planes
+const uint PAIRS = BM * U;                   // (row, block) pairs per step
+const uint PL = (PAIRS + WG - 1u) / WG;      // pairs per invocation
+const uint C_WORDS = NSG * NT * 64u;         // a 16x16 float tile per subgroup and column tile
+const uint SMEM = 2u * STAGE > C_WORDS ? 2u * STAGE : C_WORDS;
+
+shared uvec4 smem[SMEM];
+
+uvec4 pq[PL * QV];
+uint pd[PL];
+
+void fetch(uint row0, uint blk0, uint blk_end, uint nb, uint lid) {
+    uint scales = pc.n_rows * nb * QV;  // uvec4 index of the fp16 scales
+    [[unroll]] for (uint j = 0u; j < PL; ++j) {
+        uint p = lid + j * WG;
+        uint r = p / U;
+        uint b = blk0 + p % U;
+        bool ok = p < PAIRS && row0 + r < pc.n_rows && b < blk_end;
+        uint g = ok ? (row0 + r) * nb + b : 0u;
+        [[unroll]] for (uint i = 0u; i < QV; ++i) {
+            pq[j * QV + i] = ok ? wq[g * QV + i] : uvec4(0u);
+        }
+        pd[j] = ok ? (wq[scales + (g >> 3u)][(g >> 1u) & 3u] >> (16u * (g & 1u))) & 0xFFFFu : 0u;
+    }
+}
+
+#ifdef COOP_EMULATE
+// fp16 bit patterns of w_hi (w truncated to 11 bits; 0 below 2^-14) and w_lo = w - w_hi, both with
+// w's sign: exact where w has at most 22 significant bits and none below 2^-24
+uvec2 split16(float w) {
+    uint sgn = (floatBitsToUint(w) >> 16u) & 0x8000u;
+    float a = abs(w);
+    float h = 0.0;
+    uint hb = 0u;
+    if (a >= 6.103515625e-05) {
+        uint au = floatBitsToUint(a) & 0xFFFFE000u;
+        h = uintBitsToFloat(au);
+        hb = (au >> 13u) - (112u << 10u);
+    }
+    float l = a - h;
+    uint lb = l >= 6.103515625e-05 ? ((floatBitsToUint(l) & 0xFFFFE000u) >> 13u) - (112u << 10u)
+                                   : uint(l * 16777216.0);
+    return uvec2(hb | sgn, lb | sgn);
+}
+
+// a pair of weights (q0, q1) times d into the hi and lo planes' words
+uvec2 planes2(int q0, int q1, float d) {
+    uvec2 a = split16(float(q0) * d);
+    uvec2 b = split16(float(q1) * d);
+    return uvec2(a.x | (b.x << 16u), a.y | (b.y << 16u));
+}
+#else
+// the same with fp16 arithmetic: w_hi = q * d rounded, w_lo = fma(q, d, -w_hi) exact; q from its
+// biased bits (0x6400 | n is 1024 + n as fp16)
+uvec2 planes2h(uint biased, float16_t bias, f16vec2 d) {
+    f16vec2 q = unpackFloat2x16(biased | 0x64006400u) - f16vec2(bias);
+    precise f16vec2 hi = q * d;  // precise: no fusing or folding of the pair, so lo is what hi left
+    precise f16vec2 lo = fma(q, d, -hi);
+    return uvec2(packFloat2x16(hi), packFloat2x16(lo));
+}
+#endif
+
+// decode pair j of the registers into row r, block u of A's planes at stage base `at`
+void stash_pair(uint j, uint at, uint r, uint u) {
+    uint hi_at = at + r * APITCH + 4u * u;
+    uint lo_at = hi_at + PLANE;
+    uint w[8];
+    [[unroll]] for (uint i = 0u; i < QV; ++i) {
+        w[4u * i] = pq[j * QV + i].x;
+        w[4u * i + 1u] = pq[j * QV + i].y;
+        w[4u * i + 2u] = pq[j * QV + i].z;
+        w[4u * i + 3u] = pq[j * QV + i].w;
+    }
+    uint hw[16];
+    uint lw[16];
+#ifdef COOP_EMULATE
+    float d = unpackHalf2x16(pd[j]).x;
+#else
+    f16vec2 d = f16vec2(unpackFloat2x16(pd[j]).x);
+#endif
+#if defined(QT_Q4_0)
+    // word i (bytes 4i..4i+3: elements 4i..4i+3 low nibbles, 16+4i.. high): slots 8i..8i+7 hold
+    // elements 4i, 4i+2, 4i+1, 4i+3, 16+4i, 16+4i+2, 16+4i+1, 16+4i+3
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+        [[unroll]] for (uint t = 0u; t < 4u; ++t) {
+            uint n = (w[i] >> (8u * (t & 1u) + 4u * (t >> 1u))) & 0x000F000Fu;
+#ifdef COOP_EMULATE
+            uvec2 hl = planes2(int(n & 0xFFu) - 8, int(n >> 16u) - 8, d);
+#else
+            uvec2 hl = planes2h(n, float16_t(1032.0), d);
+#endif
+            hw[4u * i + t] = hl.x;
+            lw[4u * i + t] = hl.y;
+        }
+    }
+#else
+    // word i (elements 4i..4i+3 as signed bytes): slots 4i..4i+3 hold 4i, 4i+2, 4i+1, 4i+3
+    [[unroll]] for (uint i = 0u; i < 8u; ++i) {
+        [[unroll]] for (uint t = 0u; t < 2u; ++t) {
+            uint n = ((w[i] ^ 0x80808080u) >> (8u * t)) & 0x00FF00FFu;
+#ifdef COOP_EMULATE
+            uvec2 hl = planes2(int(n & 0xFFu) - 128, int(n >> 16u) - 128, d);
+#else
+            uvec2 hl = planes2h(n, float16_t(1152.0), d);
+#endif
+            hw[2u * i + t] = hl.x;
+            lw[2u * i + t] = hl.y;
+        }
+    }
+#endif
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+        smem[hi_at + i] = uvec4(hw[4u * i], hw[4u * i + 1u], hw[4u * i + 2u], hw[4u * i + 3u]);
+        smem[lo_at + i] = uvec4(lw[4u * i], lw[4u * i + 1u], lw[4u * i + 2u], lw[4u * i + 3u]);
+    }
+}
+
+void stash(uint stage, uint lid) {
+    [[unroll]] for (uint j = 0u; j < PL; ++j) {
+        uint p = lid + j * WG;
+        if (p < PAIRS) {
+            stash_pair(j, stage * STAGE, p / U, p % U);
+        }
+    }
+}
+
+#ifdef COOP_EMULATE
+// an accumulator: this invocation's elements lane, lane + subgroup size, ... of the 16x16 tile
+struct Acc { float v[32]; };
+#define FragA uint
+#define FragB uint
+
+float smem_half(uint at, uint h) {
+    vec2 pair = unpackHalf2x16(smem[at + (h >> 3u)][(h >> 1u) & 3u]);
+    return (h & 1u) != 0u ? pair.y : pair.x;
+}
+
+float xb_half(uint at, uint h) {
+    vec2 pair = unpackHalf2x16(xb[at + (h >> 3u)][(h >> 1u) & 3u]);
+    return (h & 1u) != 0u ? pair.y : pair.x;
+}
+
+Acc acc_zero() {
+    Acc z;
+    for (uint j = 0u; j < 32u; ++j) {
+        z.v[j] = 0.0;
+    }
+    return z;
+}
+
+// A: 16 rows of APITCH uvec4 from smem at fa; B: 16 columns of pc.kp8 uvec4 from xb at fb
+Acc emu_muladd(uint fa, uint fb, Acc c) {
+    uint lane = gl_SubgroupInvocationID;
+    for (uint j = 0u; j * gl_SubgroupSize < 256u; ++j) {
+        uint e = lane + j * gl_SubgroupSize;
+        uint r = e >> 4u;
+        uint col = e & 15u;
+        float sum = c.v[j];
+        for (uint kk = 0u; kk < 16u; ++kk) {
+            sum = fma(smem_half(fa + r * APITCH, kk), xb_half(fb + col * pc.kp8, kk), sum);
+        }
+        c.v[j] = sum;
+    }
+    return c;
+}
+
+void emu_store_shared(Acc a, uint at) {
+    uint lane = gl_SubgroupInvocationID;
+    for (uint j = 0u; j * gl_SubgroupSize < 256u; ++j) {
+        uint e = lane + j * gl_SubgroupSize;
+        smem[at + (e >> 2u)][e & 3u] = floatBitsToUint(a.v[j]);
+    }
+}
+#define ACC_T Acc
+#define ACC_ZERO acc_zero()
+#define LOAD_A(f, at) f = (at)
+#define LOAD_B(f, at) f = (at)
+#define MULADD(x, y, z) emu_muladd(x, y, z)
+#define STORE_SHARED(a, at) emu_store_shared(a, at)
+#else
+#define ACC_T coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
+#define FragA coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
+#define FragB coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
+#define ACC_ZERO ACC_T(0.0)
+#define LOAD_A(f, at) coopMatLoad(f, smem, at, APITCH, gl_CooperativeMatrixLayoutRowMajor)
+#define LOAD_B(f, at) coopMatLoad(f, xb, at, pc.kp8, gl_CooperativeMatrixLayoutColumnMajor)
+#define MULADD(x, y, z) coopMatMulAdd(x, y, z)
+#define STORE_SHARED(a, at) coopMatStore(a, smem, at, 4u, gl_CooperativeMatrixLayoutRowMajor)
+#endif
+
+void main() {
+    uint lid = gl_LocalInvocationID.x;
+    uint sg = gl_SubgroupID;
+    uint row0 = gl_WorkGroupID.x * BM;
+    uint nb = pc.n_cols >> 5u;
+    uint blk0 = gl_WorkGroupID.y * pc.bps;
+    uint blk_end = min(nb, blk0 + pc.bps);
+    uint steps = blk_end > blk0 ? (blk_end - blk0 + U - 1u) / U : 0u;
+
+    ACC_T acc[NT];
+    [[unroll]] for (uint t = 0u; t < NT; ++t) {
+        acc[t] = ACC_ZERO;
+    }
+    FragA fh;
+    FragA fl;
+    FragB fb;
+
+    if (steps > 0u) {
+        fetch(row0, blk0, blk_end, nb, lid);
+        stash(0u, lid);
+    }
+    barrier();
+    for (uint s = 0u; s < steps; ++s) {
+        uint stage = s & 1u;
+        bool more = s + 1u < steps;
+        if (more) {
+            fetch(row0, blk0 + (s + 1u) * U, blk_end, nb, lid);
+        }
+        uint abase = stage * STAGE + sg * 16u * APITCH;
+        uint k0 = 32u * (blk0 + s * U);  // B row of the step's first slot
+        [[unroll]] for (uint kk = 0u; kk < 2u * U; ++kk) {
+            LOAD_A(fh, abase + 2u * kk);
+            LOAD_A(fl, abase + PLANE + 2u * kk);
+            [[unroll]] for (uint t = 0u; t < NT; ++t) {
+                LOAD_B(fb, 16u * t * pc.kp8 + ((k0 + 16u * kk) >> 3u));
+                acc[t] = MULADD(fh, fb, acc[t]);
+                acc[t] = MULADD(fl, fb, acc[t]);
+            }
+        }
+        if (more) {
+            stash(stage ^ 1u, lid);
+        }
+        barrier();
+    }
+    // the loop ends on a barrier: smem is free for the accumulators
+    uint at = sg * NT * 64u;
+    [[unroll]] for (uint t = 0u; t < NT; ++t) {
+        STORE_SHARED(acc[t], at + 64u * t);
+    }
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();
+    uint scales = 2u * NT * 8u * pc.kp8;  // uvec4 index of 1 / scale per vector
+    uint lane = gl_SubgroupInvocationID;
+    uint out0 = gl_WorkGroupID.y * NV * pc.n_rows;
+    for (uint e = lane; e < 16u * NV; e += gl_SubgroupSize) {
+        uint r = e & 15u;
+        uint v = e >> 4u;
+        uint row = row0 + 16u * sg + r;
+        if (row < pc.n_rows) {
+            uint ch = v;
+            uint cl = NV + v;
+            float c_hi = uintBitsToFloat(smem[at + 64u * (ch >> 4u) + 4u * r + ((ch & 15u) >> 2u)][ch & 3u]);
+            float c_lo = uintBitsToFloat(smem[at + 64u * (cl >> 4u) + 4u * r + ((cl & 15u) >> 2u)][cl & 3u]);
+            float inv = uintBitsToFloat(xb[scales + (v >> 2u)][v & 3u]);
+            y[out0 + v * pc.n_rows + row] = (c_hi + c_lo) * inv;
+        }
+    }
+}

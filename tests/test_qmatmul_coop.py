@@ -1,0 +1,163 @@
+"""quantized_matmul of a batch on cooperative matrices (shaders/qmatmul_coop.comp, the ``coop`` knob):
+each vector's product against float64 at fp32's precision, not fp16's (weights and x as exact pairs of
+fp16 halves), through row blocks cut by the matrix's edge, several splits along the rows, weights
+small enough that their low halves are fp16 subnormals and x of any magnitude; nothing written past
+the outputs; requests the kernel cannot take are refused before any GPU work.  On devices without
+the KHR cooperative-matrix configuration the emulated variant (the same staging and epilogue, plain
+arithmetic in place of the matrix operations) runs instead."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kbench import runtime as kp
+from kbench.backend import VulkanBackend
+from kbench.quant import DType, dequantize, quantize
+
+try:
+    _DEVICES = kp.list_devices()
+    _NO_DEVICE = None if _DEVICES else "the Vulkan loader finds no device"
+except Exception as exc:  # no loader / no ICD
+    _DEVICES, _NO_DEVICE = [], f"no Vulkan available here: {exc}"
+
+pytestmark = pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
+
+#: fp16 weights or x would give about 1e-7 here; the exact halves leave fp32 accumulation
+NMSE_LIMIT = 1e-11
+GUARD = 16
+DTYPES = (DType.Q4_0, DType.Q8_0)
+
+_backends: dict = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_backends():
+    yield
+    for be in _backends.values():
+        be.close()
+    _backends.clear()
+
+
+def _backend(knobs: tuple) -> VulkanBackend:
+    """A backend with the coop knob set; emulated where the device lacks the cooperative matrices."""
+    if knobs not in _backends:
+        be = VulkanBackend(qmatvec=dict(knobs))
+        if be._policy.matmul_f16_unsupported("f16"):
+            be._policy.coop_emulate = True
+        _backends[knobs] = be
+    return _backends[knobs]
+
+
+def _problem(dtype: DType, n_rows: int, n_cols: int, n_vecs: int, seed: int, w_scale: float = 1.0,
+             x_scale: float = 1.0):
+    rng = np.random.default_rng(seed)
+    raw = quantize((w_scale * rng.uniform(-1, 1, (n_rows, n_cols))).astype(np.float32), dtype)
+    x = (x_scale * rng.uniform(-1, 1, (n_vecs, n_cols))).astype(np.float32)
+    ref = x.astype(np.float64) @ dequantize(raw, dtype, (n_rows, n_cols)).astype(np.float64).T
+    return raw, x, ref
+
+
+def _run(be: VulkanBackend, dtype: DType, raw: bytes, x: np.ndarray, n_rows: int, n_cols: int,
+         n_vecs: int) -> np.ndarray:
+    hw, hx = be.allocate(len(raw)), be.allocate(x.nbytes)
+    hy = be.allocate(4 * (n_vecs * n_rows + GUARD))
+    try:
+        be.copy_to_device(raw, hw)
+        be.copy_to_device(x.tobytes(), hx)
+        be.copy_to_device(np.full(n_vecs * n_rows + GUARD, 7.0, np.float32).tobytes(), hy)
+        be.quantized_matmul(hw, hx, hy, n_rows, n_cols, dtype, n_vecs=n_vecs)
+        out = bytearray(4 * (n_vecs * n_rows + GUARD))
+        be.copy_from_device(hy, out)
+        return np.frombuffer(bytes(out), np.float32).copy()
+    finally:
+        for h in (hw, hx, hy):
+            be.free(h)
+
+
+def _check(out: np.ndarray, ref: np.ndarray, n_rows: int, n_vecs: int, what: str) -> None:
+    y = out[:n_vecs * n_rows].reshape(n_vecs, n_rows).astype(np.float64)
+    assert np.isfinite(y).all(), f"{what}: non-finite outputs at {np.argwhere(~np.isfinite(y))[:4].tolist()}"
+    nmse = float(np.sum((y - ref) ** 2) / max(np.sum(ref ** 2), 1e-300))
+    assert nmse < NMSE_LIMIT, f"{what}: NMSE {nmse:.3g} against float64, expected < {NMSE_LIMIT:g}"
+    guard = out[n_vecs * n_rows:]
+    assert (guard == 7.0).all(), f"{what}: wrote past its {n_vecs * n_rows} outputs: {guard[:4]}"
+
+
+# n_rows, n_cols, n_vecs, knobs: rows that end a block part way, one and several splits (the last one
+# short), odd counts of blocks per step, a vector count that needs a second column tile
+CASES = [
+    (17, 256, 3, ()),
+    (64, 512, 8, (("coop_splits", 3),)),
+    (40, 96, 1, (("coop_unroll", 3),)),
+    (33, 1024, 9, (("coop_splits", 2), ("coop_subgroups", 2))),
+    (16, 160, 2, (("coop_unroll", 1),)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("n_rows,n_cols,n_vecs,knobs", CASES,
+                         ids=[f"{r}x{c}x{v}" + "".join(f"-{k}{n}" for k, n in kn) for r, c, v, kn in CASES])
+def test_coop_batch_matches_float64_at_fp32_precision(dtype, n_rows, n_cols, n_vecs, knobs):
+    be = _backend((("coop", True),) + knobs)
+    raw, x, ref = _problem(dtype, n_rows, n_cols, n_vecs, seed=n_rows * 31 + n_vecs)
+    _check(_run(be, dtype, raw, x, n_rows, n_cols, n_vecs), ref, n_rows, n_vecs, f"{dtype.name} {knobs}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("w_scale,x_scale", [(1e-3, 1.0), (1.0, 1e-6), (1.0, 3e4), (2e-5, 1e3)],
+                         ids=["small-weights", "tiny-x", "huge-x", "tiny-weights-big-x"])
+def test_coop_batch_keeps_precision_for_any_magnitude(dtype, w_scale, x_scale):
+    """Small weights put the low halves among fp16's subnormals; x far from 1 is scaled by a power of two
+    per vector so that neither of its halves overflows or loses bits."""
+    be = _backend((("coop", True),))
+    raw, x, ref = _problem(dtype, 24, 256, 4, seed=5, w_scale=w_scale, x_scale=x_scale)
+    _check(_run(be, dtype, raw, x, 24, 256, 4), ref, 24, 4, f"{dtype.name} w*{w_scale:g} x*{x_scale:g}")
+
+
+def test_coop_batch_gives_zeros_for_zero_x_and_keeps_vectors_apart():
+    """A vector of zeros (its scale stays 1) beside a vector of ones: each gets its own product."""
+    be = _backend((("coop", True),))
+    raw, _, _ = _problem(DType.Q4_0, 20, 128, 2, seed=9)
+    x = np.zeros((2, 128), np.float32)
+    x[1] = 1.0
+    w = dequantize(raw, DType.Q4_0, (20, 128)).astype(np.float64)
+    ref = x.astype(np.float64) @ w.T
+    out = _run(be, DType.Q4_0, raw, x, 20, 128, 2)
+    assert (out[:20] == 0.0).all(), f"zero x gave {out[:4]}"
+    _check(out, ref, 20, 2, "zeros and ones")
+
+
+@pytest.mark.parametrize("knobs,message", [
+    ({"coop": "yes"}, "coop must be True or False"),
+    ({"coop_splits": 2}, "coop_splits is a choice of coop=True"),
+    ({"coop": True, "coop_unroll": 0}, "coop_unroll must be a positive int"),
+])
+def test_coop_knobs_are_checked(knobs, message):
+    be = _backend((("coop", True),))
+    with pytest.raises(ValueError, match=message):
+        be._policy.configure_qmatvec(knobs)
+    be._policy.configure_qmatvec({"coop": True})
+
+
+@pytest.mark.parametrize("dtype,n_vecs,message", [
+    (DType.Q4_K, 4, "qmatmul_coop has no Q4_K decoder"),
+    (DType.Q4_0, 33, "takes 1 to 32 vectors"),
+])
+def test_coop_refuses_what_it_cannot_take_before_gpu_work(dtype, n_vecs, message):
+    be = _backend((("coop", True),))
+    before = be.cache_stats()
+    with pytest.raises(ValueError, match=message):
+        be._policy.qmatmul_coop(dtype, 256, 16, n_vecs)
+    assert be.cache_stats() == before
+
+
+def test_coop_is_not_chosen_without_the_knob_until_timed():
+    """The automatic choice takes the cooperative-matrix kernel only from QMATMUL_COOP_MIN_VECS vectors."""
+    be = _backend(())
+    pol = be._policy
+    if pol.QMATMUL_COOP_MIN_VECS is None:
+        assert pol.qmatmul_coop(DType.Q4_0, 4096, 4096, 8) is None
+    else:
+        below = pol.QMATMUL_COOP_MIN_VECS - 1
+        assert below < 1 or pol.qmatmul_coop(DType.Q4_0, 4096, 4096, below) is None
