@@ -11,10 +11,12 @@
 // kbench: variant q4_0.emulated QT_Q4_0 COOP_EMULATE target=vulkan1.1
 // kbench: variant q8_0.khr QT_Q8_0 target=vulkan1.3
 // kbench: variant q8_0.emulated QT_Q8_0 COOP_EMULATE target=vulkan1.1
+// kbench: variant q6_k.khr QT_Q6_K target=vulkan1.3
+// kbench: variant q6_k.emulated QT_Q6_K COOP_EMULATE target=vulkan1.1
 //
 // quantized_matmul for a batch of NV vectors on cooperative matrices (VK_KHR_cooperative_matrix,
 // 16x16x16 fp16 x fp16 -> fp32): Y = W X with W in the packed layout of qmatvec_pack.comp (Q4_0,
-// Q8_0) and X prepared by qmatmul_coop_io.comp (variant x) as the B operand.
+// Q8_0, Q6_K) and X prepared by qmatmul_coop_io.comp (variant x) as the B operand.
 //
 // Exact to fp32 rounding, not to fp16: every weight w = q * d (Q4_0: q - 8 of 4 bits, Q8_0: 8 bits,
 // times an 11-bit fp16 scale: at most 19 significant bits) is written to shared memory as two fp16
@@ -24,6 +26,9 @@
 // accumulators add (A_hi + A_lo) B in fp32 over the whole row, no per-block scaling: y_v =
 // (C[:, v] + C[:, NV + v]) / scale_v.  What is lost against float64 is x's last 2 bits and fp32
 // accumulation (NMSE about 1e-13 for uniform data), where fp16 weights or x would give about 1e-7.
+// Q6_K's w = d * sc * (q - 32) has up to 24 bits: d * sc (a multiple of d's last bit) is split
+// exactly into two halves per 16 weights, and w_lo = (q - 32) ds_lo + what (q - 32) ds_hi left,
+// rounded once to fp16 (2^-22 of w).
 //
 // A workgroup of NSG subgroups takes BM = 16 NSG rows and one split of the row's blocks of 32
 // (gl_WorkGroupID.y; pc.bps blocks each); subgroup s owns rows 16 s .. 16 s + 15 and NT 16x16
@@ -49,10 +54,13 @@ layout(constant_id = 2) const uint U = 2;    // blocks of 32 per step
 layout(constant_id = 3) const uint NT = 1;   // 16-column tiles of B: ceil(2 NV / 16)
 layout(constant_id = 4) const uint NV = 8;   // vectors
 
+// a pair's quants: QV uvec4 (Q6_K: 32 bytes of ql, then 32 of qh)
 #if defined(QT_Q4_0)
-const uint QV = 1u;  // uvec4 of quants per block
-#else
+const uint QV = 1u;
+#elif defined(QT_Q8_0)
 const uint QV = 2u;
+#else
+const uint QV = 4u;
 #endif
 
 layout(std430, binding = 0) readonly buffer Packed { uvec4 wq[]; };
@@ -79,20 +87,43 @@ const uint SMEM = 2u * STAGE > C_WORDS ? 2u * STAGE : C_WORDS;
 shared uvec4 smem[SMEM];
 
 uvec4 pq[PL * QV];
-uint pd[PL];
+uint pd[PL];  // the fp16 scale d; Q6_K: | its unit's two int8 sub-block scales << 16
+#if defined(QT_Q6_K)
+uint pg[PL];  // Q6_K: the unit's place in its 128-element half (g: nibble 4 (g >> 1), qh bits 2 g)
+#endif
 
+// the scale d of GGUF block `blk` (n_blocks in the matrix, QB uvec4 of quants each)
+uint scale_bits(uint blk, uint n_blocks, uint qb) {
+    return (wq[n_blocks * qb + (blk >> 3u)][(blk >> 1u) & 3u] >> (16u * (blk & 1u))) & 0xFFFFu;
+}
+
+// blocks of 32 (Q6_K: units of 32, an eighth of a block of 256) blk0 .. of rows row0 ..
 void fetch(uint row0, uint blk0, uint blk_end, uint nb, uint lid) {
-    uint scales = pc.n_rows * nb * QV;  // uvec4 index of the fp16 scales
     [[unroll]] for (uint j = 0u; j < PL; ++j) {
         uint p = lid + j * WG;
         uint r = p / U;
         uint b = blk0 + p % U;
         bool ok = p < PAIRS && row0 + r < pc.n_rows && b < blk_end;
-        uint g = ok ? (row0 + r) * nb + b : 0u;
+        uint g = ok ? (row0 + r) * nb + b : 0u;  // unit of the matrix
+#if defined(QT_Q6_K)
+        // unit u of block g / 8: half h = u / 4 (ql bytes 64 h + 32 (u & 1) + l, qh 32 h + l), scales 8 h + 2 (u & 3)
+        uint blk = g >> 3u;
+        uint u = g & 7u;
+        uint h = u >> 2u;
+        uint q0 = 13u * blk;
+        [[unroll]] for (uint i = 0u; i < 2u; ++i) {
+            pq[j * QV + i] = ok ? wq[q0 + 4u * h + 2u * (u & 1u) + i] : uvec4(0u);
+            pq[j * QV + 2u + i] = ok ? wq[q0 + 8u + 2u * h + i] : uvec4(0u);
+        }
+        uint sc = ok ? wq[q0 + 12u][2u * h + ((u & 3u) >> 1u)] : 0u;
+        pd[j] = ok ? scale_bits(blk, pc.n_rows * (nb >> 3u), 13u) | (((sc >> (16u * (u & 1u))) & 0xFFFFu) << 16u) : 0u;
+        pg[j] = u & 3u;
+#else
         [[unroll]] for (uint i = 0u; i < QV; ++i) {
             pq[j * QV + i] = ok ? wq[g * QV + i] : uvec4(0u);
         }
-        pd[j] = ok ? (wq[scales + (g >> 3u)][(g >> 1u) & 3u] >> (16u * (g & 1u))) & 0xFFFFu : 0u;
+        pd[j] = ok ? scale_bits(g, pc.n_rows * nb, QV) : 0u;
+#endif
     }
 }
 
@@ -121,7 +152,20 @@ uvec2 planes2(int q0, int q1, float d) {
     uvec2 b = split16(float(q1) * d);
     return uvec2(a.x | (b.x << 16u), a.y | (b.y << 16u));
 }
+
+// Q6_K: (q0 - 32, q1 - 32) times ds
+uvec2 planes2k(uint q0, uint q1, float ds) {
+    return planes2(int(q0) - 32, int(q1) - 32, ds);
+}
 #else
+// Q6_K: as planes2h with d * sc split exactly into (ds_hi, ds_lo); w_lo rounded once
+uvec2 planes2k(uint biased, f16vec2 ds_hi, f16vec2 ds_lo) {
+    f16vec2 q = unpackFloat2x16(biased | 0x64006400u) - f16vec2(float16_t(1056.0));
+    precise f16vec2 hi = q * ds_hi;
+    precise f16vec2 lo = fma(q, ds_lo, fma(q, ds_hi, -hi));
+    return uvec2(packFloat2x16(hi), packFloat2x16(lo));
+}
+
 // the same with fp16 arithmetic: w_hi = q * d rounded, w_lo = fma(q, d, -w_hi) exact; q from its
 // biased bits (0x6400 | n is 1024 + n as fp16)
 uvec2 planes2h(uint biased, float16_t bias, f16vec2 d) {
@@ -136,7 +180,7 @@ uvec2 planes2h(uint biased, float16_t bias, f16vec2 d) {
 void stash_pair(uint j, uint at, uint r, uint u) {
     uint hi_at = at + r * APITCH + 4u * u;
     uint lo_at = hi_at + PLANE;
-    uint w[8];
+    uint w[4u * QV];
     [[unroll]] for (uint i = 0u; i < QV; ++i) {
         w[4u * i] = pq[j * QV + i].x;
         w[4u * i + 1u] = pq[j * QV + i].y;
@@ -147,10 +191,38 @@ void stash_pair(uint j, uint at, uint r, uint u) {
     uint lw[16];
 #ifdef COOP_EMULATE
     float d = unpackHalf2x16(pd[j]).x;
-#else
+#elif !defined(QT_Q6_K)
     f16vec2 d = f16vec2(unpackFloat2x16(pd[j]).x);
 #endif
-#if defined(QT_Q4_0)
+#if defined(QT_Q6_K)
+    // word i: ql bytes 4i..4i+3 (elements 4i..4i+3 in the nibble at 4 (g >> 1)), qh bytes (bits 2 g);
+    // slots as Q8_0's; elements 0..15 take the first sub-block scale, 16..31 the second
+    uint ls = 4u * (pg[j] >> 1u);
+    uint hs = 2u * pg[j];
+    [[unroll]] for (uint half_ = 0u; half_ < 2u; ++half_) {
+#ifdef COOP_EMULATE
+        float ds = unpackHalf2x16(pd[j]).x * float(bitfieldExtract(int(pd[j]), 16 + 8 * int(half_), 8));
+#else
+        float dsf = unpackHalf2x16(pd[j]).x * float(bitfieldExtract(int(pd[j]), 16 + 8 * int(half_), 8));
+        float16_t dh = float16_t(dsf);
+        f16vec2 ds_hi = f16vec2(dh);
+        f16vec2 ds_lo = f16vec2(float16_t(dsf - float(dh)));
+#endif
+        [[unroll]] for (uint i = 4u * half_; i < 4u * half_ + 4u; ++i) {
+            uint q6 = ((w[i] >> ls) & 0x0F0F0F0Fu) | (((w[8u + i] >> hs) & 0x03030303u) << 4u);
+            [[unroll]] for (uint t = 0u; t < 2u; ++t) {
+                uint n = (q6 >> (8u * t)) & 0x00FF00FFu;
+#ifdef COOP_EMULATE
+                uvec2 hl = planes2k(n & 0xFFu, n >> 16u, ds);
+#else
+                uvec2 hl = planes2k(n, ds_hi, ds_lo);
+#endif
+                hw[2u * i + t] = hl.x;
+                lw[2u * i + t] = hl.y;
+            }
+        }
+    }
+#elif defined(QT_Q4_0)
     // word i (bytes 4i..4i+3: elements 4i..4i+3 low nibbles, 16+4i.. high): slots 8i..8i+7 hold
     // elements 4i, 4i+2, 4i+1, 4i+3, 16+4i, 16+4i+2, 16+4i+1, 16+4i+3
     [[unroll]] for (uint i = 0u; i < 4u; ++i) {

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
 #: fp16 weights or x would give about 1e-7 here; the exact halves leave fp32 accumulation
 NMSE_LIMIT = 1e-11
 GUARD = 16
-DTYPES = (DType.Q4_0, DType.Q8_0)
+DTYPES = (DType.Q4_0, DType.Q8_0, DType.Q6_K)
 
 _backends: dict = {}
 
@@ -89,15 +89,19 @@ def _check(out: np.ndarray, ref: np.ndarray, n_rows: int, n_vecs: int, what: str
 CASES = [
     (17, 256, 3, ()),
     (64, 512, 8, (("coop_splits", 3),)),
-    (40, 96, 1, (("coop_unroll", 3),)),
+    (40, 768, 1, (("coop_unroll", 5),)),
     (33, 1024, 9, (("coop_splits", 2), ("coop_subgroups", 2))),
-    (16, 160, 2, (("coop_unroll", 1),)),
+    (16, 256, 2, (("coop_unroll", 1),)),
 ]
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
-@pytest.mark.parametrize("n_rows,n_cols,n_vecs,knobs", CASES,
-                         ids=[f"{r}x{c}x{v}" + "".join(f"-{k}{n}" for k, n in kn) for r, c, v, kn in CASES])
+# rows of a few blocks of 32 (not whole Q6_K blocks of 256): the 32-element formats only
+SHORT_CASES = [(40, 96, 1, (("coop_unroll", 2),)), (16, 160, 2, (("coop_unroll", 3), ("coop_splits", 2)))]
+PARAMS = [(d, *c) for d in DTYPES for c in CASES] + [(d, *c) for d in (DType.Q4_0, DType.Q8_0) for c in SHORT_CASES]
+
+
+@pytest.mark.parametrize("dtype,n_rows,n_cols,n_vecs,knobs", PARAMS,
+                         ids=[f"{d.name}-{r}x{c}x{v}" + "".join(f"-{k}{n}" for k, n in kn) for d, r, c, v, kn in PARAMS])
 def test_coop_batch_matches_float64_at_fp32_precision(dtype, n_rows, n_cols, n_vecs, knobs):
     be = _backend((("coop", True),) + knobs)
     raw, x, ref = _problem(dtype, n_rows, n_cols, n_vecs, seed=n_rows * 31 + n_vecs)
@@ -142,6 +146,7 @@ def test_coop_knobs_are_checked(knobs, message):
 
 @pytest.mark.parametrize("dtype,n_vecs,message", [
     (DType.Q4_K, 4, "qmatmul_coop has no Q4_K decoder"),
+    (DType.Q5_0, 4, "qmatmul_coop has no Q5_0 decoder"),
     (DType.Q4_0, 33, "takes 1 to 32 vectors"),
 ])
 def test_coop_refuses_what_it_cannot_take_before_gpu_work(dtype, n_vecs, message):

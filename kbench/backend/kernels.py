@@ -1266,7 +1266,7 @@ class KernelPolicy:
 
     # -- batches on cooperative matrices (shaders/qmatmul_coop.comp) -------------------------------
     #: formats qmatmul_coop.comp decodes (from the packed layout)
-    QMATMUL_COOP_DTYPES = frozenset({DType.Q4_0, DType.Q8_0})
+    QMATMUL_COOP_DTYPES = frozenset({DType.Q4_0, DType.Q8_0, DType.Q6_K})
     #: the automatic choice takes the cooperative-matrix kernel from this many vectors (None: only
     #: where the ``coop`` knob asks for it)
     QMATMUL_COOP_MIN_VECS: int | None = None
