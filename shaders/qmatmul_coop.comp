@@ -13,10 +13,12 @@
 // kbench: variant q8_0.emulated QT_Q8_0 COOP_EMULATE target=vulkan1.1
 // kbench: variant q6_k.khr QT_Q6_K target=vulkan1.3
 // kbench: variant q6_k.emulated QT_Q6_K COOP_EMULATE target=vulkan1.1
+// kbench: variant q4_k.khr QT_Q4_K target=vulkan1.3
+// kbench: variant q4_k.emulated QT_Q4_K COOP_EMULATE target=vulkan1.1
 //
 // quantized_matmul for a batch of NV vectors on cooperative matrices (VK_KHR_cooperative_matrix,
 // 16x16x16 fp16 x fp16 -> fp32): Y = W X with W in the packed layout of qmatvec_pack.comp (Q4_0,
-// Q8_0, Q6_K) and X prepared by qmatmul_coop_io.comp (variant x) as the B operand.
+// Q8_0, Q6_K, Q4_K) and X prepared by qmatmul_coop_io.comp (variant x) as the B operand.
 //
 // Exact to fp32 rounding, not to fp16: every weight w = q * d (Q4_0: q - 8 of 4 bits, Q8_0: 8 bits,
 // times an 11-bit fp16 scale: at most 19 significant bits) is written to shared memory as two fp16
@@ -28,7 +30,10 @@
 // accumulation (NMSE about 1e-13 for uniform data), where fp16 weights or x would give about 1e-7.
 // Q6_K's w = d * sc * (q - 32) has up to 24 bits: d * sc (a multiple of d's last bit) is split
 // exactly into two halves per 16 weights, and w_lo = (q - 32) ds_lo + what (q - 32) ds_hi left,
-// rounded once to fp16 (2^-22 of w).
+// rounded once to fp16 (2^-22 of w).  Q4_K's w = d * sc * q - dmin * m: the matrices take q * d * sc
+// (as Q6_K's), and the mins' part, dmin * m times the sum of x over the 32 weights' columns (S,
+// from the io shader), is added up per (row, vector) in fp32 by the invocation that decodes the
+// pair, and taken off in the epilogue.
 //
 // A workgroup of NSG subgroups takes BM = 16 NSG rows and one split of the row's blocks of 32
 // (gl_WorkGroupID.y; pc.bps blocks each); subgroup s owns rows 16 s .. 16 s + 15 and NT 16x16
@@ -57,10 +62,15 @@ layout(constant_id = 4) const uint NV = 8;   // vectors
 // a pair's quants: QV uvec4 (Q6_K: 32 bytes of ql, then 32 of qh)
 #if defined(QT_Q4_0)
 const uint QV = 1u;
-#elif defined(QT_Q8_0)
+#elif defined(QT_Q8_0) || defined(QT_Q4_K)
 const uint QV = 2u;
 #else
 const uint QV = 4u;
+#endif
+#if defined(QT_Q4_K)
+const uint NMIN = NV;  // per pair: the mins' part of each vector
+#else
+const uint NMIN = 1u;
 #endif
 
 layout(std430, binding = 0) readonly buffer Packed { uvec4 wq[]; };
@@ -82,14 +92,19 @@ const uint STAGE = 2u * PLANE;               // hi and lo planes
 const uint PAIRS = BM * U;                   // (row, block) pairs per step
 const uint PL = (PAIRS + WG - 1u) / WG;      // pairs per invocation
 const uint C_WORDS = NSG * NT * 64u;         // a 16x16 float tile per subgroup and column tile
-const uint SMEM = 2u * STAGE > C_WORDS ? 2u * STAGE : C_WORDS;
+const uint MIN_WORDS = NMIN > 1u ? (PAIRS * NMIN + 3u) / 4u : 0u;  // Q4_K: the pairs' mins, after the C tiles
+const uint SMEM = 2u * STAGE > C_WORDS + MIN_WORDS ? 2u * STAGE : C_WORDS + MIN_WORDS;
 
 shared uvec4 smem[SMEM];
 
 uvec4 pq[PL * QV];
 uint pd[PL];  // the fp16 scale d; Q6_K: | its unit's two int8 sub-block scales << 16
-#if defined(QT_Q6_K)
-uint pg[PL];  // Q6_K: the unit's place in its 128-element half (g: nibble 4 (g >> 1), qh bits 2 g)
+#if defined(QT_Q6_K) || defined(QT_Q4_K)
+uint pg[PL];  // Q6_K: the unit's place in its 128-element half (g: nibble 4 (g >> 1), qh bits 2 g); Q4_K: sc | m << 8 | nibble << 16
+#endif
+#if defined(QT_Q4_K)
+uint pb[PL];          // the pair's unit in its row
+float pmin[PL * NV];  // the mins' part: sum over the pair's units of dmin * m * S
 #endif
 
 // the scale d of GGUF block `blk` (n_blocks in the matrix, QB uvec4 of quants each)
@@ -118,6 +133,18 @@ void fetch(uint row0, uint blk0, uint blk_end, uint nb, uint lid) {
         uint sc = ok ? wq[q0 + 12u][2u * h + ((u & 3u) >> 1u)] : 0u;
         pd[j] = ok ? scale_bits(blk, pc.n_rows * (nb >> 3u), 13u) | (((sc >> (16u * (u & 1u))) & 0xFFFFu) << 16u) : 0u;
         pg[j] = u & 3u;
+#elif defined(QT_Q4_K)
+        // sub-block u of block g / 8: quants 2 (u >> 1), + 1 (nibble u & 1), scale and min bytes, d | dmin
+        uint blk = g >> 3u;
+        uint u = g & 7u;
+        uint n_blocks = pc.n_rows * (nb >> 3u);
+        [[unroll]] for (uint i = 0u; i < 2u; ++i) {
+            pq[j * QV + i] = ok ? wq[8u * blk + 2u * (u >> 1u) + i] : uvec4(0u);
+        }
+        uint sm = ok ? wq[8u * n_blocks + blk][u >> 1u] >> (8u * (u & 1u)) : 0u;
+        pd[j] = ok ? wq[9u * n_blocks + (blk >> 2u)][blk & 3u] : 0u;
+        pg[j] = (sm & 0xFFu) | (((sm >> 16u) & 0xFFu) << 8u) | ((u & 1u) << 16u);
+        pb[j] = ok ? b : 0xFFFFFFFFu;
 #else
         [[unroll]] for (uint i = 0u; i < QV; ++i) {
             pq[j * QV + i] = ok ? wq[g * QV + i] : uvec4(0u);
@@ -153,14 +180,14 @@ uvec2 planes2(int q0, int q1, float d) {
     return uvec2(a.x | (b.x << 16u), a.y | (b.y << 16u));
 }
 
-// Q6_K: (q0 - 32, q1 - 32) times ds
-uvec2 planes2k(uint q0, uint q1, float ds) {
-    return planes2(int(q0) - 32, int(q1) - 32, ds);
+// Q6_K: (q0 - off, q1 - off) times ds
+uvec2 planes2k(uint q0, uint q1, int off, float ds) {
+    return planes2(int(q0) - off, int(q1) - off, ds);
 }
 #else
 // Q6_K: as planes2h with d * sc split exactly into (ds_hi, ds_lo); w_lo rounded once
-uvec2 planes2k(uint biased, f16vec2 ds_hi, f16vec2 ds_lo) {
-    f16vec2 q = unpackFloat2x16(biased | 0x64006400u) - f16vec2(float16_t(1056.0));
+uvec2 planes2k(uint biased, float16_t bias, f16vec2 ds_hi, f16vec2 ds_lo) {
+    f16vec2 q = unpackFloat2x16(biased | 0x64006400u) - f16vec2(bias);
     precise f16vec2 hi = q * ds_hi;
     precise f16vec2 lo = fma(q, ds_lo, fma(q, ds_hi, -hi));
     return uvec2(packFloat2x16(hi), packFloat2x16(lo));
@@ -191,10 +218,41 @@ void stash_pair(uint j, uint at, uint r, uint u) {
     uint lw[16];
 #ifdef COOP_EMULATE
     float d = unpackHalf2x16(pd[j]).x;
-#elif !defined(QT_Q6_K)
+#elif !defined(QT_Q6_K) && !defined(QT_Q4_K)
     f16vec2 d = f16vec2(unpackFloat2x16(pd[j]).x);
 #endif
-#if defined(QT_Q6_K)
+#if defined(QT_Q4_K)
+    // word i (bytes 4i..4i+3: elements 4i..4i+3 in the nibble at 4 (u & 1)); slots as Q8_0's
+    vec2 dd = unpackHalf2x16(pd[j]);
+    float dsf = dd.x * float(pg[j] & 0xFFu);
+#ifndef COOP_EMULATE
+    float16_t dh = float16_t(dsf);
+    f16vec2 ds_hi = f16vec2(dh);
+    f16vec2 ds_lo = f16vec2(float16_t(dsf - float(dh)));
+#endif
+    uint ls = 4u * (pg[j] >> 16u);
+    [[unroll]] for (uint i = 0u; i < 8u; ++i) {
+        uint q4 = (w[i] >> ls) & 0x0F0F0F0Fu;
+        [[unroll]] for (uint t = 0u; t < 2u; ++t) {
+            uint n = (q4 >> (8u * t)) & 0x00FF00FFu;
+#ifdef COOP_EMULATE
+            uvec2 hl = planes2k(n & 0xFFu, n >> 16u, 0, dsf);
+#else
+            uvec2 hl = planes2k(n, float16_t(1024.0), ds_hi, ds_lo);
+#endif
+            hw[2u * i + t] = hl.x;
+            lw[2u * i + t] = hl.y;
+        }
+    }
+    if (pb[j] != 0xFFFFFFFFu) {  // the mins' part: dmin * m * S[v][unit]
+        float dm = dd.y * float((pg[j] >> 8u) & 0xFFu);
+        uint sums = 4u * (2u * NT * 8u * pc.kp8 + 4u * NT);  // float index of S
+        [[unroll]] for (uint v = 0u; v < NV; ++v) {
+            uint f = sums + v * (pc.kp8 >> 2u) + pb[j];
+            pmin[j * NV + v] = fma(dm, uintBitsToFloat(xb[f >> 2u][f & 3u]), pmin[j * NV + v]);
+        }
+    }
+#elif defined(QT_Q6_K)
     // word i: ql bytes 4i..4i+3 (elements 4i..4i+3 in the nibble at 4 (g >> 1)), qh bytes (bits 2 g);
     // slots as Q8_0's; elements 0..15 take the first sub-block scale, 16..31 the second
     uint ls = 4u * (pg[j] >> 1u);
@@ -213,9 +271,9 @@ void stash_pair(uint j, uint at, uint r, uint u) {
             [[unroll]] for (uint t = 0u; t < 2u; ++t) {
                 uint n = (q6 >> (8u * t)) & 0x00FF00FFu;
 #ifdef COOP_EMULATE
-                uvec2 hl = planes2k(n & 0xFFu, n >> 16u, ds);
+                uvec2 hl = planes2k(n & 0xFFu, n >> 16u, 32, ds);
 #else
-                uvec2 hl = planes2k(n, ds_hi, ds_lo);
+                uvec2 hl = planes2k(n, float16_t(1056.0), ds_hi, ds_lo);
 #endif
                 hw[2u * i + t] = hl.x;
                 lw[2u * i + t] = hl.y;
@@ -344,6 +402,11 @@ void main() {
     [[unroll]] for (uint t = 0u; t < NT; ++t) {
         acc[t] = ACC_ZERO;
     }
+#if defined(QT_Q4_K)
+    [[unroll]] for (uint i = 0u; i < PL * NV; ++i) {
+        pmin[i] = 0.0;
+    }
+#endif
     FragA fh;
     FragA fl;
     FragB fb;
@@ -380,8 +443,22 @@ void main() {
     [[unroll]] for (uint t = 0u; t < NT; ++t) {
         STORE_SHARED(acc[t], at + 64u * t);
     }
+#if defined(QT_Q4_K)
+    // each pair's mins' parts after the C tiles (pair p of row p / U), for the rows' epilogue
+    [[unroll]] for (uint j = 0u; j < PL; ++j) {
+        uint p = lid + j * WG;
+        if (p < PAIRS) {
+            [[unroll]] for (uint v = 0u; v < NV; ++v) {
+                uint f = 4u * C_WORDS + p * NV + v;
+                smem[f >> 2u][f & 3u] = floatBitsToUint(pmin[j * NV + v]);
+            }
+        }
+    }
+    barrier();
+#else
     subgroupMemoryBarrierShared();
     subgroupBarrier();
+#endif
     uint scales = 2u * NT * 8u * pc.kp8;  // uvec4 index of 1 / scale per vector
     uint lane = gl_SubgroupInvocationID;
     uint out0 = gl_WorkGroupID.y * NV * pc.n_rows;
@@ -395,7 +472,14 @@ void main() {
             float c_hi = uintBitsToFloat(smem[at + 64u * (ch >> 4u) + 4u * r + ((ch & 15u) >> 2u)][ch & 3u]);
             float c_lo = uintBitsToFloat(smem[at + 64u * (cl >> 4u) + 4u * r + ((cl & 15u) >> 2u)][cl & 3u]);
             float inv = uintBitsToFloat(xb[scales + (v >> 2u)][v & 3u]);
-            y[out0 + v * pc.n_rows + row] = (c_hi + c_lo) * inv;
+            float yv = (c_hi + c_lo) * inv;
+#if defined(QT_Q4_K)
+            for (uint u = 0u; u < U; ++u) {
+                uint f = 4u * C_WORDS + ((16u * sg + r) * U + u) * NV + v;
+                yv -= uintBitsToFloat(smem[f >> 2u][f & 3u]);
+            }
+#endif
+            y[out0 + v * pc.n_rows + row] = yv;
         }
     }
 }

@@ -11,7 +11,8 @@
 // two that puts max|x_v| in [2^14, 2^15) (1 where x_v is all zeros or not finite), so that neither
 // half overflows and w_lo stays clear of fp16's subnormals.  Rows are slots: within each block of
 // 32, the order in which qmatmul_coop decodes a block's weights (PERM 1: Q4_0's, PERM 0: Q8_0's).
-// Rows from n_cols to 8 kp8 are zeros.  1 / scale_v is written at float 4 scales_at + v.
+// Rows from n_cols to 8 kp8 are zeros.  1 / scale_v is written at float 4 scales_at + v; with SUMS,
+// the sum of x_v (unscaled) over each unit of 32 columns at float 4 sums_at + v * kp8 / 4 + unit.
 // Workgroup (g, v) computes max|x_v| over all of x_v (14336 floats: 57 KB from L2 per workgroup),
 // then writes 8 rows per invocation.  Grid: (ceil(kp8 / WG), NV).
 //
@@ -19,6 +20,7 @@
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint PERM = 1;
+layout(constant_id = 2) const uint SUMS = 0;  // 1: also S[v][unit], the sum of x_v over each unit of 32 (Q4_K's mins)
 
 #if defined(X_PREP)
 layout(std430, binding = 0) readonly buffer Input { vec4 x4[]; };
@@ -29,6 +31,7 @@ layout(push_constant) uniform Push {
     uint kp8;        // column pitch in uvec4
     uint nv;         // vectors
     uint scales_at;  // uvec4 index of the 1 / scale words
+    uint sums_at;    // uvec4 index of S (SUMS): S[v][u] at float 4 sums_at + v * kp8 / 4 + u
 } pc;
 
 shared float red[gl_WorkGroupSize.x];
@@ -102,6 +105,17 @@ void main() {
             hi[i >> 1u] |= hl.x << (16u * (i & 1u));
             lo[i >> 1u] |= hl.y << (16u * (i & 1u));
         }
+    }
+    if (SUMS == 1u && (base & 31u) == 0u) {
+        float sum = 0.0;
+        if (base < pc.n_cols) {
+            [[unroll]] for (uint i = 0u; i < 8u; ++i) {
+                vec4 a = x4[v * n4 + (base >> 2u) + i];
+                sum += (a.x + a.y) + (a.z + a.w);
+            }
+        }
+        uint f = 4u * pc.sums_at + v * (pc.kp8 >> 2u) + blk;
+        xb[f >> 2u][f & 3u] = floatBitsToUint(sum);
     }
     xb[v * pc.kp8 + g] = hi;
     xb[(pc.nv + v) * pc.kp8 + g] = lo;

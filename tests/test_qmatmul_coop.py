@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
 #: fp16 weights or x would give about 1e-7 here; the exact halves leave fp32 accumulation
 NMSE_LIMIT = 1e-11
 GUARD = 16
-DTYPES = (DType.Q4_0, DType.Q8_0, DType.Q6_K)
+DTYPES = (DType.Q4_0, DType.Q8_0, DType.Q6_K, DType.Q4_K)
 
 _backends: dict = {}
 
@@ -145,8 +145,8 @@ def test_coop_knobs_are_checked(knobs, message):
 
 
 @pytest.mark.parametrize("dtype,n_vecs,message", [
-    (DType.Q4_K, 4, "qmatmul_coop has no Q4_K decoder"),
     (DType.Q5_0, 4, "qmatmul_coop has no Q5_0 decoder"),
+    (DType.F16, 4, "qmatmul_coop has no F16 decoder"),
     (DType.Q4_0, 33, "takes 1 to 32 vectors"),
 ])
 def test_coop_refuses_what_it_cannot_take_before_gpu_work(dtype, n_vecs, message):

@@ -45,7 +45,7 @@ PUSH_QMATVEC = _push(("n_rows", "u"), ("n_cols", "u"), ("row_bytes", "u"))
 PUSH_QMATVEC_XQ = _push(("n_cols", "u"))
 PUSH_QMATVEC_PACK = _push(("n_blocks", "u"))
 PUSH_QMATMUL_COOP = _push(("n_rows", "u"), ("n_cols", "u"), ("bps", "u"), ("kp8", "u"))
-PUSH_QMATMUL_COOP_X = _push(("n_cols", "u"), ("kp8", "u"), ("nv", "u"), ("scales_at", "u"))
+PUSH_QMATMUL_COOP_X = _push(("n_cols", "u"), ("kp8", "u"), ("nv", "u"), ("scales_at", "u"), ("sums_at", "u"))
 PUSH_QMATMUL_COOP_SUM = _push(("n", "u"), ("splits", "u"))
 PUSH_COPY = _push(("src_off", "u"), ("dst_off", "u"), ("count", "u"))
 
@@ -227,9 +227,20 @@ class QMatmulCoopPlan:
     packed_bytes: int
 
     @property
+    def scales_at(self) -> int:
+        """uvec4 index of 1 / scale per vector in the B scratch (after its 16 * tiles columns)."""
+        return 16 * self.tiles * self.kp8
+
+    @property
+    def sums_at(self) -> int:
+        """uvec4 index of the sums of x per unit of 32 (Q4_K's mins), after the scales."""
+        return self.scales_at + 4 * self.tiles
+
+    @property
     def b_bytes(self) -> int:
-        """Scratch of the B operand: 16 * tiles columns, then a float per column (1 / scale)."""
-        return 16 * (16 * self.tiles * self.kp8) + 4 * 16 * self.tiles
+        """Scratch of the B operand: the columns, a float per column (1 / scale), the sums of x per unit
+        of 32 per column (16 * tiles * kp8 / 4 floats)."""
+        return 16 * (self.sums_at + 4 * self.tiles * self.kp8)
 
     def grid(self, n_rows: int) -> tuple[int, int, int]:
         return (_ceil_div(n_rows, self.rows), self.splits, 1)
@@ -1266,7 +1277,7 @@ class KernelPolicy:
 
     # -- batches on cooperative matrices (shaders/qmatmul_coop.comp) -------------------------------
     #: formats qmatmul_coop.comp decodes (from the packed layout)
-    QMATMUL_COOP_DTYPES = frozenset({DType.Q4_0, DType.Q8_0, DType.Q6_K})
+    QMATMUL_COOP_DTYPES = frozenset({DType.Q4_0, DType.Q8_0, DType.Q6_K, DType.Q4_K})
     #: the automatic choice takes the cooperative-matrix kernel from this many vectors (None: only
     #: where the ``coop`` knob asks for it)
     QMATMUL_COOP_MIN_VECS: int | None = None
@@ -1315,7 +1326,8 @@ class KernelPolicy:
         tiles = _ceil_div(2 * n_vecs, 16)
 
         def shared_bytes(nsg: int, unroll: int) -> int:  # two stages of hi and lo planes, or the C tiles
-            return 16 * max(2 * 2 * 16 * nsg * (4 * unroll + 1), nsg * tiles * 64)
+            mins = _ceil_div(16 * nsg * unroll * n_vecs, 4) if dtype == DType.Q4_K else 0  # and Q4_K's mins
+            return 16 * max(2 * 2 * 16 * nsg * (4 * unroll + 1), nsg * tiles * 64 + mins)
 
         # the automatic shape shrinks to the device: fewer rows per workgroup first, then shorter steps
         while "coop_subgroups" not in cfg and nsg > 1 and shared_bytes(nsg, unroll) > self.max_shared:
@@ -1347,7 +1359,8 @@ class KernelPolicy:
         io_wg = min(256, self.wg)
         return QMatmulCoopPlan(
             main=Kernel(f"qmatmul_coop.{name}.{variant}.spv", (wg, nsg, unroll, tiles, n_vecs), PUSH_QMATMUL_COOP),
-            prep=Kernel("qmatmul_coop_io.x.spv", (io_wg, 1 if dtype == DType.Q4_0 else 0), PUSH_QMATMUL_COOP_X),
+            prep=Kernel("qmatmul_coop_io.x.spv", (io_wg, 1 if dtype == DType.Q4_0 else 0, int(dtype == DType.Q4_K)),
+                        PUSH_QMATMUL_COOP_X),
             sum=Kernel("qmatmul_coop_io.sum.spv", (self.wg, 0), PUSH_QMATMUL_COOP_SUM),
             rows=bm, splits=splits, bps=bps, kp8=splits * bps * 4, tiles=tiles,
             packed_bytes=self.qmatvec_packed_bytes(dtype, n_rows, n_cols))

@@ -455,9 +455,8 @@ class VulkanBackend(ComputeBackend):
         w = self._packed_weights(weights, dtype, n_rows, n_cols, plan.packed_bytes)
         xb = self._scratch(plan.b_bytes, "qmatmul_coop_b")
         prep = plan.prep
-        scales_at = 16 * plan.tiles * plan.kp8
         self._dispatch(prep, (input.id, xb), (_ceil_div(plan.kp8, prep.spec[0]), n_vecs, 1),
-                       prep.push_record(n_cols, plan.kp8, n_vecs, scales_at))
+                       prep.push_record(n_cols, plan.kp8, n_vecs, plan.scales_at, plan.sums_at))
         push = plan.main.push_record(n_rows, n_cols, plan.bps, plan.kp8)
         if plan.splits == 1:
             self._dispatch(plan.main, (w, xb, output.id), plan.grid(n_rows), push)
