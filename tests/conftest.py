@@ -75,3 +75,41 @@ def nmse(got, ref) -> float:
 
     ref = np.asarray(ref, np.float64)
     return float(np.sum((np.asarray(got, np.float64) - ref) ** 2) / np.sum(ref ** 2))
+
+
+#: guard floats written past quantized_matmul's outputs (value 7.0) to catch out-of-bounds writes
+BATCH_GUARD = 16
+
+
+def batch_problem(dtype, n_rows: int, n_cols: int, n_vecs: int, seed: int, w_scale: float = 1.0,
+                  x_scale: float = 1.0):
+    """Uniform weights quantized to ``dtype`` and ``n_vecs`` vectors of x: (raw, x, float64 reference y)."""
+    import numpy as np
+
+    from kbench.quant import dequantize, quantize
+
+    rng = np.random.default_rng(seed)
+    raw = quantize((w_scale * rng.uniform(-1, 1, (n_rows, n_cols))).astype(np.float32), dtype)
+    x = (x_scale * rng.uniform(-1, 1, (n_vecs, n_cols))).astype(np.float32)
+    ref = x.astype(np.float64) @ dequantize(raw, dtype, (n_rows, n_cols)).astype(np.float64).T
+    return raw, x, ref
+
+
+def run_batch(be, dtype, raw: bytes, x, n_rows: int, n_cols: int, n_vecs: int):
+    """``be.quantized_matmul`` of a batch into an output buffer with BATCH_GUARD guard floats after it:
+    returns every float of that buffer, the guards included."""
+    import numpy as np
+
+    n_out = n_vecs * n_rows + BATCH_GUARD
+    hw, hx, hy = be.allocate(len(raw)), be.allocate(x.nbytes), be.allocate(4 * n_out)
+    try:
+        be.copy_to_device(raw, hw)
+        be.copy_to_device(x.tobytes(), hx)
+        be.copy_to_device(np.full(n_out, 7.0, np.float32).tobytes(), hy)
+        be.quantized_matmul(hw, hx, hy, n_rows, n_cols, dtype, n_vecs=n_vecs)
+        out = bytearray(4 * n_out)
+        be.copy_from_device(hy, out)
+        return np.frombuffer(bytes(out), np.float32).copy()
+    finally:
+        for h in (hw, hx, hy):
+            be.free(h)

@@ -13,7 +13,9 @@ import pytest
 
 from kbench import runtime as kp
 from kbench.backend import VulkanBackend
-from kbench.quant import DType, dequantize, quantize
+from kbench.quant import DType, dequantize
+
+from conftest import batch_problem, run_batch
 
 try:
     _DEVICES = kp.list_devices()
@@ -25,7 +27,6 @@ pytestmark = pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
 
 #: fp16 weights or x would give about 1e-7 here; the exact halves leave fp32 accumulation
 NMSE_LIMIT = 1e-11
-GUARD = 16
 DTYPES = (DType.Q4_0, DType.Q8_0, DType.Q6_K, DType.Q4_K)
 
 _backends: dict = {}
@@ -47,32 +48,6 @@ def _backend(knobs: tuple) -> VulkanBackend:
             be._policy.coop_emulate = True
         _backends[knobs] = be
     return _backends[knobs]
-
-
-def _problem(dtype: DType, n_rows: int, n_cols: int, n_vecs: int, seed: int, w_scale: float = 1.0,
-             x_scale: float = 1.0):
-    rng = np.random.default_rng(seed)
-    raw = quantize((w_scale * rng.uniform(-1, 1, (n_rows, n_cols))).astype(np.float32), dtype)
-    x = (x_scale * rng.uniform(-1, 1, (n_vecs, n_cols))).astype(np.float32)
-    ref = x.astype(np.float64) @ dequantize(raw, dtype, (n_rows, n_cols)).astype(np.float64).T
-    return raw, x, ref
-
-
-def _run(be: VulkanBackend, dtype: DType, raw: bytes, x: np.ndarray, n_rows: int, n_cols: int,
-         n_vecs: int) -> np.ndarray:
-    hw, hx = be.allocate(len(raw)), be.allocate(x.nbytes)
-    hy = be.allocate(4 * (n_vecs * n_rows + GUARD))
-    try:
-        be.copy_to_device(raw, hw)
-        be.copy_to_device(x.tobytes(), hx)
-        be.copy_to_device(np.full(n_vecs * n_rows + GUARD, 7.0, np.float32).tobytes(), hy)
-        be.quantized_matmul(hw, hx, hy, n_rows, n_cols, dtype, n_vecs=n_vecs)
-        out = bytearray(4 * (n_vecs * n_rows + GUARD))
-        be.copy_from_device(hy, out)
-        return np.frombuffer(bytes(out), np.float32).copy()
-    finally:
-        for h in (hw, hx, hy):
-            be.free(h)
 
 
 def _check(out: np.ndarray, ref: np.ndarray, n_rows: int, n_vecs: int, what: str) -> None:
@@ -104,8 +79,8 @@ PARAMS = [(d, *c) for d in DTYPES for c in CASES] + [(d, *c) for d in (DType.Q4_
                          ids=[f"{d.name}-{r}x{c}x{v}" + "".join(f"-{k}{n}" for k, n in kn) for d, r, c, v, kn in PARAMS])
 def test_coop_batch_matches_float64_at_fp32_precision(dtype, n_rows, n_cols, n_vecs, knobs):
     be = _backend((("coop", True),) + knobs)
-    raw, x, ref = _problem(dtype, n_rows, n_cols, n_vecs, seed=n_rows * 31 + n_vecs)
-    _check(_run(be, dtype, raw, x, n_rows, n_cols, n_vecs), ref, n_rows, n_vecs, f"{dtype.name} {knobs}")
+    raw, x, ref = batch_problem(dtype, n_rows, n_cols, n_vecs, seed=n_rows * 31 + n_vecs)
+    _check(run_batch(be, dtype, raw, x, n_rows, n_cols, n_vecs), ref, n_rows, n_vecs, f"{dtype.name} {knobs}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
@@ -115,19 +90,19 @@ def test_coop_batch_keeps_precision_for_any_magnitude(dtype, w_scale, x_scale):
     """Small weights put the low halves among fp16's subnormals; x far from 1 is scaled by a power of two
     per vector so that neither of its halves overflows or loses bits."""
     be = _backend((("coop", True),))
-    raw, x, ref = _problem(dtype, 24, 256, 4, seed=5, w_scale=w_scale, x_scale=x_scale)
-    _check(_run(be, dtype, raw, x, 24, 256, 4), ref, 24, 4, f"{dtype.name} w*{w_scale:g} x*{x_scale:g}")
+    raw, x, ref = batch_problem(dtype, 24, 256, 4, seed=5, w_scale=w_scale, x_scale=x_scale)
+    _check(run_batch(be, dtype, raw, x, 24, 256, 4), ref, 24, 4, f"{dtype.name} w*{w_scale:g} x*{x_scale:g}")
 
 
 def test_coop_batch_gives_zeros_for_zero_x_and_keeps_vectors_apart():
     """A vector of zeros (its scale stays 1) beside a vector of ones: each gets its own product."""
     be = _backend((("coop", True),))
-    raw, _, _ = _problem(DType.Q4_0, 20, 128, 2, seed=9)
+    raw, _, _ = batch_problem(DType.Q4_0, 20, 128, 2, seed=9)
     x = np.zeros((2, 128), np.float32)
     x[1] = 1.0
     w = dequantize(raw, DType.Q4_0, (20, 128)).astype(np.float64)
     ref = x.astype(np.float64) @ w.T
-    out = _run(be, DType.Q4_0, raw, x, 20, 128, 2)
+    out = run_batch(be, DType.Q4_0, raw, x, 20, 128, 2)
     assert (out[:20] == 0.0).all(), f"zero x gave {out[:4]}"
     _check(out, ref, 20, 2, "zeros and ones")
 

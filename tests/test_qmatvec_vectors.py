@@ -11,7 +11,9 @@ import pytest
 
 from kbench import runtime as kp
 from kbench.backend import NumpyBackend, VulkanBackend
-from kbench.quant import DType, dequantize, quantize
+from kbench.quant import DType, quantize
+
+from conftest import batch_problem, run_batch
 
 try:
     _NO_DEVICE = None if kp.list_devices() else "the Vulkan loader finds no device"
@@ -20,7 +22,6 @@ except Exception as exc:  # no loader / no ICD
 
 NMSE_LIMIT = 1e-8
 X8_NMSE_LIMIT = 1e-4  # 8-bit x (x_bits=8): its int8 quantization alone gives about 3e-5
-GUARD = 16
 
 CONFIGS = {
     "auto": {},  # on a CPU driver: the GGUF kernels, one call per vector
@@ -59,30 +60,6 @@ def _backend(cfg: str) -> VulkanBackend:
     return _backends[cfg]
 
 
-def _problem(dtype: DType, n_rows: int, n_cols: int, n_vecs: int, seed: int):
-    rng = np.random.default_rng(seed)
-    raw = quantize(rng.uniform(-1, 1, (n_rows, n_cols)).astype(np.float32), dtype)
-    x = rng.uniform(-1, 1, (n_vecs, n_cols)).astype(np.float32)
-    ref = x.astype(np.float64) @ dequantize(raw, dtype, (n_rows, n_cols)).astype(np.float64).T
-    return raw, x, ref
-
-
-def _run(be, dtype: DType, raw: bytes, x: np.ndarray, n_rows: int, n_cols: int, n_vecs: int) -> np.ndarray:
-    hw, hx = be.allocate(len(raw)), be.allocate(x.nbytes)
-    hy = be.allocate(4 * (n_vecs * n_rows + GUARD))
-    try:
-        be.copy_to_device(raw, hw)
-        be.copy_to_device(x.tobytes(), hx)
-        be.copy_to_device(np.full(n_vecs * n_rows + GUARD, 7.0, np.float32).tobytes(), hy)
-        be.quantized_matmul(hw, hx, hy, n_rows, n_cols, dtype, n_vecs=n_vecs)
-        out = bytearray(4 * (n_vecs * n_rows + GUARD))
-        be.copy_from_device(hy, out)
-        return np.frombuffer(bytes(out), np.float32).copy()
-    finally:
-        for h in (hw, hx, hy):
-            be.free(h)
-
-
 def _check(got: np.ndarray, ref: np.ndarray, what: str, limit: float = NMSE_LIMIT) -> None:
     n_vecs, n_rows = ref.shape
     assert np.all(got[n_vecs * n_rows:] == 7.0), f"{what}: wrote past the {n_vecs} x {n_rows} outputs"
@@ -104,7 +81,7 @@ def test_each_vector_of_a_batch_matches_float64(backends, cfg, dtype):
     for n_rows, n_cols, n_vecs in SHAPES:
         if n_cols % dtype.block_elems:
             continue
-        raw, x, ref = _problem(dtype, n_rows, n_cols, n_vecs, seed=n_rows * 7 + int(dtype))
+        raw, x, ref = batch_problem(dtype, n_rows, n_cols, n_vecs, seed=n_rows * 7 + int(dtype))
         kernel = be._policy.qmatvec(dtype, n_cols, n_rows, n_vecs)
         if "packed" in cfg:  # every format here has a packed kernel (Q4_K's: units of 64 weights)
             assert kernel.packed and kernel.vectors == n_vecs, f"the packed kernel takes all {n_vecs} vectors at once, got {kernel}"
@@ -112,15 +89,15 @@ def test_each_vector_of_a_batch_matches_float64(backends, cfg, dtype):
         if chunk:  # x blocks per vector held at a time: the chunk, fewer where x is shorter
             assert kernel.spec[2] == min(chunk, n_cols) // 32, f"x held {chunk} columns at a time, got {kernel}"
         x8 = CONFIGS[cfg].get("qmatvec", {}).get("x_bits") == 8  # x's own error: about 3e-5 (8 bits)
-        _check(_run(be, dtype, raw, x, n_rows, n_cols, n_vecs), ref, f"{cfg} {dtype.name} {n_rows}x{n_cols}x{n_vecs}",
+        _check(run_batch(be, dtype, raw, x, n_rows, n_cols, n_vecs), ref, f"{cfg} {dtype.name} {n_rows}x{n_cols}x{n_vecs}",
                X8_NMSE_LIMIT if x8 else NMSE_LIMIT)
 
 
 def test_numpy_backend_batches_against_float64():
     be = NumpyBackend()
     try:
-        raw, x, ref = _problem(DType.Q4_0, 9, 256, 4, seed=3)
-        _check(_run(be, DType.Q4_0, raw, x, 9, 256, 4), ref, "numpy")
+        raw, x, ref = batch_problem(DType.Q4_0, 9, 256, 4, seed=3)
+        _check(run_batch(be, DType.Q4_0, raw, x, 9, 256, 4), ref, "numpy")
     finally:
         be.close()
 
@@ -162,7 +139,7 @@ def test_x_quantized_by_each_workgroup_gives_the_products_of_x_quantized_by_a_fi
     for xq in ("workgroup", "dispatch"):
         extra = {"x_chunk": x_chunk} if x_chunk and xq == "workgroup" else {}
         with VulkanBackend(qmatvec={**knobs, "xq": xq, **extra}) as be:
-            got[xq] = _run(be, dtype, raw, x, n_rows, n_cols, n_vecs)
+            got[xq] = run_batch(be, dtype, raw, x, n_rows, n_cols, n_vecs)
     diff = np.flatnonzero(got["workgroup"].view(np.uint32) != got["dispatch"].view(np.uint32))
     assert diff.size == 0, (f"{dtype.name} {reduce} chunk {x_chunk}: {diff.size} outputs differ, first at {diff[0]}: "
                             f"{got['workgroup'][diff[0]]!r} (workgroup) vs {got['dispatch'][diff[0]]!r} (dispatch)")
