@@ -77,8 +77,9 @@ def nmse(got, ref) -> float:
     return float(np.sum((np.asarray(got, np.float64) - ref) ** 2) / np.sum(ref ** 2))
 
 
-#: guard floats written past quantized_matmul's outputs (value 7.0) to catch out-of-bounds writes
+#: guard floats (of value BATCH_GUARD_VALUE) after quantized_matmul's outputs, to catch out-of-bounds writes
 BATCH_GUARD = 16
+BATCH_GUARD_VALUE = 7.0
 
 
 def batch_problem(dtype, n_rows: int, n_cols: int, n_vecs: int, seed: int, w_scale: float = 1.0,
@@ -105,7 +106,7 @@ def run_batch(be, dtype, raw: bytes, x, n_rows: int, n_cols: int, n_vecs: int):
     try:
         be.copy_to_device(raw, hw)
         be.copy_to_device(x.tobytes(), hx)
-        be.copy_to_device(np.full(n_out, 7.0, np.float32).tobytes(), hy)
+        be.copy_to_device(np.full(n_out, BATCH_GUARD_VALUE, np.float32).tobytes(), hy)
         be.quantized_matmul(hw, hx, hy, n_rows, n_cols, dtype, n_vecs=n_vecs)
         out = bytearray(4 * n_out)
         be.copy_from_device(hy, out)

@@ -15,7 +15,7 @@ from kbench import runtime as kp
 from kbench.backend import VulkanBackend
 from kbench.quant import DType, dequantize
 
-from conftest import batch_problem, run_batch
+from conftest import BATCH_GUARD_VALUE, batch_problem, run_batch
 
 try:
     _DEVICES = kp.list_devices()
@@ -56,7 +56,7 @@ def _check(out: np.ndarray, ref: np.ndarray, n_rows: int, n_vecs: int, what: str
     nmse = float(np.sum((y - ref) ** 2) / max(np.sum(ref ** 2), 1e-300))
     assert nmse < NMSE_LIMIT, f"{what}: NMSE {nmse:.3g} against float64, expected < {NMSE_LIMIT:g}"
     guard = out[n_vecs * n_rows:]
-    assert (guard == 7.0).all(), f"{what}: wrote past its {n_vecs * n_rows} outputs: {guard[:4]}"
+    assert (guard == BATCH_GUARD_VALUE).all(), f"{what}: wrote past its {n_vecs * n_rows} outputs: {guard[:4]}"
 
 
 # n_rows, n_cols, n_vecs, knobs: rows that end a block part way, one and several splits (the last one
