@@ -23,7 +23,7 @@
 #       automatic packed kernel and torch's fp16 mm, after the kernel's tests on the device's real matrices
 # kquants: one vector of Q4_K and Q6_K (the ggml gaps of round 5) under the GGUF kernels, packed and fp32-decoding
 #          shapes beside the automatic kernel (ggml's Q4_K reads x as fp32 with 16 lanes a superblock, 2 rows a
-#          workgroup: fast:64:2:1 is the nearest of kbench's shapes); about a minute
+#          workgroup of one subgroup: fast:16:1:2 has that split, fast:32:2:1 and fast:64:2:1 are wider); about a minute
 # quantized: round3's quantized_matmul rows alone (read floor, bench beside torch, ggml like for like); carry as round3
 # ablate: where the packed kernel's time goes: the automatic kernel beside its ablated twins (cut: variants of
 #         `kbench probe qmatvec`: a butterfly of every sum as before the halving reduction, x by a lane per
@@ -126,7 +126,7 @@ elif [ "$what" = coop ]; then
 elif [ "$what" = kquants ]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
   timeout ${KQ_S:-75} python3 -m kbench.probes qmatvec --stats --repeats 3 --dtypes ${DTYPES:-Q4_K Q6_K} --variants auto gguf \
-    packed packed:64:4 packed:128:4 packed:256:2 packedw:128:16 packedw:256:16 fast:64:2:1 fast:128:4:1 fast:256:2:1 \
+    packed packed:64:4 packed:128:4 packed:256:2 packedw:128:16 packedw:256:16 fast:16:1:2 fast:32:2:1 fast:64:2:1 fast:128:4:1 fast:256:2:1 \
     dot:256:4:1 dotx:256:4:1 > "$out/probe_kquants.log" 2>&1
   grep -v "^# warmed" "$out/probe_kquants.log" | tail -45
 elif [ "$what" = quantized ]; then
