@@ -65,8 +65,8 @@ QMATVEC_FAST_DTYPES = frozenset(QMATVEC_FAST_UNIT)
 QMATVEC_PACKED_DTYPES = frozenset({DType.Q4_0, DType.Q8_0, DType.Q6_K, DType.Q4_K})
 #: the formats the automatic layout choice (no ``layout`` knob) repacks: those whose packed kernel
 #: was timed faster than the GGUF kernels on the H200 (docs/kernel-choices.md).  Q4_K's packed
-#: kernel (units of 64 weights, its own repacked layout) has not been timed on a GPU yet, so the
-#: automatic choice keeps GGUF's kernel for it until it is
+#: kernel (units of 64 weights, its own repacked layout) was timed slower than GGUF's for one
+#: vector, so the automatic choice keeps GGUF's kernel for it
 QMATVEC_PACKED_AUTO_DTYPES = frozenset({DType.Q4_0, DType.Q8_0, DType.Q6_K})
 
 
