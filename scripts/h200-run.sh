@@ -114,8 +114,8 @@ elif [ "$what" = coop ]; then
   timeout ${BATCH_S:-120} "${p[@]}" > "$out/probe_coop.log" 2>&1
   echo "# knobs: coop=true" >> "$out/probe_coop.log"
   CUDA_VISIBLE_DEVICES= timeout ${BATCH_S:-120} "${p[@]}" --knobs coop=true >> "$out/probe_coop.log" 2>&1
-  # launch shapes at 8 vectors (Q4_0): on the H100 (2026-12-07) every shape of the default took ~170 us whatever
-  # the bytes, so: small workgroups (more of them resident), longer steps (fewer barriers), one split
+  # launch shapes at 8 vectors (Q4_0) that tell where a step-bound time goes (README, round 6): small workgroups
+  # (more of them resident), longer steps (fewer barriers), one split
   IFS=';' read -ra sets <<< "${COOP_KNOBS-coop=true coop_subgroups=1;coop=true coop_subgroups=1 coop_unroll=4;coop=true coop_subgroups=2 coop_unroll=4;coop=true coop_splits=1}"
   for set in "${sets[@]}"; do
     echo "# knobs: $set" >> "$out/probe_coop.log"

@@ -186,8 +186,8 @@ uvec2 planes2k(uint q0, uint q1, int off, float ds) {
 }
 #else
 // d * sc split exactly into fp16 halves by fp16 arithmetic alone: hi = d * sc rounded, lo = what the
-// rounding left.  (Splitting d * sc from fp32 through conversions lost lo on the H100, NMSE 1e-8 to
-// 3e-7 against float64 for Q6_K and Q4_K: the drivers may fold or flush such round trips.)
+// rounding left.  (A split through fp32 <-> fp16 conversions lost lo on a GPU: drivers may fold or
+// flush such round trips; README, performance round 6.)
 void split_scale(float16_t d, float16_t sc, out f16vec2 ds_hi, out f16vec2 ds_lo) {
     precise float16_t hi = d * sc;
     precise float16_t lo = fma(d, sc, -hi);
