@@ -20,7 +20,10 @@
 # round5: ablate's twins of the halving reduction (1 vector; batches of 2, 4, 8), the bench's batches
 #         beside torch, then quantized (carry as round3); about 7 minutes
 # coop: batches of 2, 4, 8 vectors on cooperative matrices (the coop knob; knob sets in $COOP_KNOBS) beside the
-#       automatic packed kernel and torch's fp16 mm, after the kernel's tests on the device's real matrices
+#       automatic packed kernel and torch's fp16 mm, after the kernel's tests on the device's real matrices; then
+#       at 8 vectors of Q4_0 its ablated twins ($COOP_CUTS: no weight reads, no decoding, no products), compiled
+#       on the device by a glslang >= 13 copied to .gl/glslang (with this machine's libstdc++.so.6 in .gl/lib/
+#       for a device whose own is older), and the knob sets
 # kquants: one vector of Q4_K and Q6_K (the ggml gaps of round 5) under the GGUF kernels, packed and fp32-decoding
 #          shapes beside the automatic kernel (ggml's Q4_K reads x as fp32 with 16 lanes a superblock, 2 rows a
 #          workgroup of one subgroup: fast:16:1:2 has that split, fast:32:2:1 and fast:64:2:1 are wider); about a minute
@@ -116,7 +119,15 @@ elif [ "$what" = coop ]; then
   CUDA_VISIBLE_DEVICES= timeout ${BATCH_S:-120} "${p[@]}" --knobs coop=true >> "$out/probe_coop.log" 2>&1
   # launch shapes at 8 vectors (Q4_0) that tell where a step-bound time goes (README, round 6): small workgroups
   # (more of them resident), longer steps (fewer barriers), one split
-  IFS=';' read -ra sets <<< "${COOP_KNOBS-coop=true coop_subgroups=1;coop=true coop_subgroups=1 coop_unroll=4;coop=true coop_subgroups=2 coop_unroll=4;coop=true coop_splits=1}"
+  if [ -x .gl/glslang ]; then
+    export KBENCH_GLSLANG=$PWD/.gl/glslang
+    "$KBENCH_GLSLANG" --version > /dev/null 2>&1 || export LD_LIBRARY_PATH=$PWD/.gl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  fi
+  echo "# knobs: coop=true, cuts: ${COOP_CUTS-loads decode dots}" >> "$out/probe_coop.log"
+  # shellcheck disable=SC2086
+  CUDA_VISIBLE_DEVICES= timeout ${KNOB_S:-45} python3 -m kbench.probes qmatvec --stats --repeats 3 --dtypes Q4_0 \
+    --vecs 8 --knobs coop=true --cut ${COOP_CUTS-loads decode dots} >> "$out/probe_coop.log" 2>&1
+  IFS=';' read -ra sets <<< "${COOP_KNOBS-coop=true coop_bshared=true;coop=true coop_subgroups=1;coop=true coop_subgroups=1 coop_unroll=4;coop=true coop_splits=1}"
   for set in "${sets[@]}"; do
     echo "# knobs: $set" >> "$out/probe_coop.log"
     # shellcheck disable=SC2086  # (no CUDA device: torch's figure is the first run's)

@@ -41,11 +41,16 @@
 // and scales of BM x U (row, block) pairs into registers (the next step's loads go out before the
 // current step is multiplied), decode them into the A planes of a shared-memory stage (two stages,
 // one barrier a step), and each subgroup multiplies its 16 rows: 2 U k-slices of 16, two
-// coopMatMulAdd (hi, lo planes) per slice and column tile, B read from global memory (L1/L2).
+// coopMatMulAdd (hi, lo planes) per slice and column tile, B read from global memory (L1/L2), or with
+// BSH from the stage, where the step's B rows were put beside A (each invocation loads and stores
+// its share of them with the quants).
 // A decoded row holds a block's 32 weights in decoding order (a permutation within the block that
 // qmatmul_coop_io.comp's x variant applies to x too: its PERM).  With one split the workgroup
 // writes y; with several, a partial sum per split at (split * NV + v) * n_rows + row, added by the
 // io shader's sum variant.
+//
+// CUT_LOADS, CUT_DECODE and CUT_DOTS make the probe's ablated twins (kbench probe qmatvec --cut):
+// no weight reads, no decoding, no matrix products; their results are not checked.
 //
 // The emulated variant (COOP_EMULATE) does the cooperative-matrix operations and the decoding in
 // plain fp32 code with the same memory layout, so that the staging, edges, splits and epilogue are
@@ -58,6 +63,7 @@ layout(constant_id = 1) const uint NSG = 4;  // subgroups per workgroup, 16 rows
 layout(constant_id = 2) const uint U = 2;    // blocks of 32 per step
 layout(constant_id = 3) const uint NT = 1;   // 16-column tiles of B: ceil(2 NV / 16)
 layout(constant_id = 4) const uint NV = 8;   // vectors
+layout(constant_id = 5) const uint BSH = 0;  // 1: each step's slice of B staged in shared memory beside A
 
 // a pair's quants: QV uvec4 (Q6_K: 32 bytes of ql, then 32 of qh)
 #if defined(QT_Q4_0)
@@ -88,7 +94,10 @@ const uint WG = gl_WorkGroupSize.x;
 const uint BM = 16u * NSG;
 const uint APITCH = 4u * U + 1u;             // uvec4 per A row of a step (one of padding)
 const uint PLANE = BM * APITCH;
-const uint STAGE = 2u * PLANE;               // hi and lo planes
+const uint BPITCH = 4u * U + 1u;             // uvec4 per B column of a step (BSH)
+const uint BPLANE = BSH * NT * 16u * BPITCH;  // a step's B columns (BSH)
+const uint STAGE = 2u * PLANE + BPLANE;      // hi and lo planes, then B
+const uint BL = BSH * (NT * 16u * 4u * U + WG - 1u) / WG;  // B uvec4 per invocation a step
 const uint PAIRS = BM * U;                   // (row, block) pairs per step
 const uint PL = (PAIRS + WG - 1u) / WG;      // pairs per invocation
 const uint C_WORDS = NSG * NT * 64u;         // a 16x16 float tile per subgroup and column tile
@@ -98,6 +107,7 @@ const uint SMEM = 2u * STAGE > C_WORDS + MIN_WORDS ? 2u * STAGE : C_WORDS + MIN_
 shared uvec4 smem[SMEM];
 
 uvec4 pq[PL * QV];
+uvec4 pbx[BL > 0u ? BL : 1u];  // BSH: the step's slice of B
 uint pd[PL];  // the fp16 scale d; Q6_K: | its unit's two int8 sub-block scales << 16
 #if defined(QT_Q6_K) || defined(QT_Q4_K)
 uint pg[PL];  // Q6_K: the unit's place in its 128-element half (g: nibble 4 (g >> 1), qh bits 2 g); Q4_K: sc | m << 8 | nibble << 16
@@ -109,11 +119,28 @@ float pmin[PL * NV];  // the mins' part: sum over the pair's units of dmin * m *
 
 // the scale d of GGUF block `blk` (n_blocks in the matrix, QB uvec4 of quants each)
 uint scale_bits(uint blk, uint n_blocks, uint qb) {
+#ifdef CUT_LOADS
+    return 0x3C00u;  // 1.0
+#else
     return (wq[n_blocks * qb + (blk >> 3u)][(blk >> 1u) & 3u] >> (16u * (blk & 1u))) & 0xFFFFu;
+#endif
 }
 
-// blocks of 32 (Q6_K: units of 32, an eighth of a block of 256) blk0 .. of rows row0 ..
+#ifdef CUT_LOADS
+// probe twin (kbench probe qmatvec --cut loads): quants and scales made from the pair's place, no reads
+#define WQ(i) uvec4(0x9E3779B9u * ((i) + 1u), 0x85EBCA6Bu ^ (i), 0xC2B2AE35u + (i), (i) * 0x27D4EB2Fu)
+#else
+#define WQ(i) wq[i]
+#endif
+
+// blocks of 32 (Q6_K: units of 32, an eighth of a block of 256) blk0 .. of rows row0 ..; with BSH,
+// also B's rows 32 blk0 .. 32 (blk0 + U) of every column (zeros past n_cols: the io shader's padding)
 void fetch(uint row0, uint blk0, uint blk_end, uint nb, uint lid) {
+    [[unroll]] for (uint j = 0u; j < BL; ++j) {
+        uint e = lid + j * WG;
+        uint col = e / (4u * U);
+        pbx[j] = e < NT * 16u * 4u * U ? xb[col * pc.kp8 + 4u * blk0 + e % (4u * U)] : uvec4(0u);
+    }
     [[unroll]] for (uint j = 0u; j < PL; ++j) {
         uint p = lid + j * WG;
         uint r = p / U;
@@ -127,10 +154,10 @@ void fetch(uint row0, uint blk0, uint blk_end, uint nb, uint lid) {
         uint h = u >> 2u;
         uint q0 = 13u * blk;
         [[unroll]] for (uint i = 0u; i < 2u; ++i) {
-            pq[j * QV + i] = ok ? wq[q0 + 4u * h + 2u * (u & 1u) + i] : uvec4(0u);
-            pq[j * QV + 2u + i] = ok ? wq[q0 + 8u + 2u * h + i] : uvec4(0u);
+            pq[j * QV + i] = ok ? WQ(q0 + 4u * h + 2u * (u & 1u) + i) : uvec4(0u);
+            pq[j * QV + 2u + i] = ok ? WQ(q0 + 8u + 2u * h + i) : uvec4(0u);
         }
-        uint sc = ok ? wq[q0 + 12u][2u * h + ((u & 3u) >> 1u)] : 0u;
+        uint sc = ok ? WQ(q0 + 12u)[2u * h + ((u & 3u) >> 1u)] : 0u;
         pd[j] = ok ? scale_bits(blk, pc.n_rows * (nb >> 3u), 13u) | (((sc >> (16u * (u & 1u))) & 0xFFFFu) << 16u) : 0u;
         pg[j] = u & 3u;
 #elif defined(QT_Q4_K)
@@ -139,15 +166,15 @@ void fetch(uint row0, uint blk0, uint blk_end, uint nb, uint lid) {
         uint u = g & 7u;
         uint n_blocks = pc.n_rows * (nb >> 3u);
         [[unroll]] for (uint i = 0u; i < 2u; ++i) {
-            pq[j * QV + i] = ok ? wq[8u * blk + 2u * (u >> 1u) + i] : uvec4(0u);
+            pq[j * QV + i] = ok ? WQ(8u * blk + 2u * (u >> 1u) + i) : uvec4(0u);
         }
-        uint sm = ok ? wq[8u * n_blocks + blk][u >> 1u] >> (8u * (u & 1u)) : 0u;
-        pd[j] = ok ? wq[9u * n_blocks + (blk >> 2u)][blk & 3u] : 0u;
+        uint sm = ok ? WQ(8u * n_blocks + blk)[u >> 1u] >> (8u * (u & 1u)) : 0u;
+        pd[j] = ok ? WQ(9u * n_blocks + (blk >> 2u))[blk & 3u] : 0u;
         pg[j] = (sm & 0xFFu) | (((sm >> 16u) & 0xFFu) << 8u) | ((u & 1u) << 16u);
         pb[j] = ok ? b : 0xFFFFFFFFu;
 #else
         [[unroll]] for (uint i = 0u; i < QV; ++i) {
-            pq[j * QV + i] = ok ? wq[g * QV + i] : uvec4(0u);
+            pq[j * QV + i] = ok ? WQ(g * QV + i) : uvec4(0u);
         }
         pd[j] = ok ? scale_bits(g, pc.n_rows * nb, QV) : 0u;
 #endif
@@ -226,6 +253,13 @@ void stash_pair(uint j, uint at, uint r, uint u) {
     }
     uint hw[16];
     uint lw[16];
+#ifdef CUT_DECODE
+    // probe twin (--cut decode): the raw quant words into both planes, no decoding
+    [[unroll]] for (uint i = 0u; i < 16u; ++i) {
+        hw[i] = w[i % (4u * QV)] ^ pd[j];
+        lw[i] = w[(i + 1u) % (4u * QV)];
+    }
+#else
 #ifdef COOP_EMULATE
     float d = unpackHalf2x16(pd[j]).x;
 #elif !defined(QT_Q6_K) && !defined(QT_Q4_K)
@@ -319,6 +353,7 @@ void stash_pair(uint j, uint at, uint r, uint u) {
         }
     }
 #endif
+#endif  // CUT_DECODE
     [[unroll]] for (uint i = 0u; i < 4u; ++i) {
         smem[hi_at + i] = uvec4(hw[4u * i], hw[4u * i + 1u], hw[4u * i + 2u], hw[4u * i + 3u]);
         smem[lo_at + i] = uvec4(lw[4u * i], lw[4u * i + 1u], lw[4u * i + 2u], lw[4u * i + 3u]);
@@ -326,6 +361,12 @@ void stash_pair(uint j, uint at, uint r, uint u) {
 }
 
 void stash(uint stage, uint lid) {
+    [[unroll]] for (uint j = 0u; j < BL; ++j) {
+        uint e = lid + j * WG;
+        if (e < NT * 16u * 4u * U) {
+            smem[stage * STAGE + 2u * PLANE + (e / (4u * U)) * BPITCH + e % (4u * U)] = pbx[j];
+        }
+    }
     [[unroll]] for (uint j = 0u; j < PL; ++j) {
         uint p = lid + j * WG;
         if (p < PAIRS) {
@@ -358,7 +399,8 @@ Acc acc_zero() {
     return z;
 }
 
-// A: 16 rows of APITCH uvec4 from smem at fa; B: 16 columns of pc.kp8 uvec4 from xb at fb
+// A: 16 rows of APITCH uvec4 from smem at fa; B: 16 columns of pc.kp8 uvec4 from xb at fb (BSH:
+// of BPITCH uvec4 from smem)
 Acc emu_muladd(uint fa, uint fb, Acc c) {
     uint lane = gl_SubgroupInvocationID;
     for (uint j = 0u; j * gl_SubgroupSize < 256u; ++j) {
@@ -367,7 +409,8 @@ Acc emu_muladd(uint fa, uint fb, Acc c) {
         uint col = e & 15u;
         float sum = c.v[j];
         for (uint kk = 0u; kk < 16u; ++kk) {
-            sum = fma(smem_half(fa + r * APITCH, kk), xb_half(fb + col * pc.kp8, kk), sum);
+            float b = BSH == 1u ? smem_half(fb + col * BPITCH, kk) : xb_half(fb + col * pc.kp8, kk);
+            sum = fma(smem_half(fa + r * APITCH, kk), b, sum);
         }
         c.v[j] = sum;
     }
@@ -385,6 +428,7 @@ void emu_store_shared(Acc a, uint at) {
 #define ACC_ZERO acc_zero()
 #define LOAD_A(f, at) f = (at)
 #define LOAD_B(f, at) f = (at)
+#define LOAD_B_SH(f, at) f = (at)
 #define MULADD(x, y, z) emu_muladd(x, y, z)
 #define STORE_SHARED(a, at) emu_store_shared(a, at)
 #else
@@ -394,6 +438,7 @@ void emu_store_shared(Acc a, uint at) {
 #define ACC_ZERO ACC_T(0.0)
 #define LOAD_A(f, at) coopMatLoad(f, smem, at, APITCH, gl_CooperativeMatrixLayoutRowMajor)
 #define LOAD_B(f, at) coopMatLoad(f, xb, at, pc.kp8, gl_CooperativeMatrixLayoutColumnMajor)
+#define LOAD_B_SH(f, at) coopMatLoad(f, smem, at, BPITCH, gl_CooperativeMatrixLayoutColumnMajor)
 #define MULADD(x, y, z) coopMatMulAdd(x, y, z)
 #define STORE_SHARED(a, at) coopMatStore(a, smem, at, 4u, gl_CooperativeMatrixLayoutRowMajor)
 #endif
@@ -419,6 +464,9 @@ void main() {
     FragA fh;
     FragA fl;
     FragB fb;
+#ifdef CUT_DOTS
+    uint sink = 0u;
+#endif
 
     if (steps > 0u) {
         fetch(row0, blk0, blk_end, nb, lid);
@@ -432,16 +480,25 @@ void main() {
             fetch(row0, blk0 + (s + 1u) * U, blk_end, nb, lid);
         }
         uint abase = stage * STAGE + sg * 16u * APITCH;
+        uint bbase = stage * STAGE + 2u * PLANE;
         uint k0 = 32u * (blk0 + s * U);  // B row of the step's first slot
+#ifndef CUT_DOTS  // probe twin (--cut dots): no matrix loads or products
         [[unroll]] for (uint kk = 0u; kk < 2u * U; ++kk) {
             LOAD_A(fh, abase + 2u * kk);
             LOAD_A(fl, abase + PLANE + 2u * kk);
             [[unroll]] for (uint t = 0u; t < NT; ++t) {
-                LOAD_B(fb, 16u * t * pc.kp8 + ((k0 + 16u * kk) >> 3u));
+                if (BSH == 1u) {
+                    LOAD_B_SH(fb, bbase + 16u * t * BPITCH + 2u * kk);
+                } else {
+                    LOAD_B(fb, 16u * t * pc.kp8 + ((k0 + 16u * kk) >> 3u));
+                }
                 acc[t] = MULADD(fh, fb, acc[t]);
                 acc[t] = MULADD(fl, fb, acc[t]);
             }
         }
+#else
+        sink += smem[abase + lid % (16u * APITCH)].x + (BSH == 1u ? smem[bbase + lid % max(BPLANE, 1u)].y : 0u);  // keeps the stores live
+#endif
         if (more) {
             stash(stage ^ 1u, lid);
         }
@@ -487,6 +544,9 @@ void main() {
                 uint f = 4u * C_WORDS + ((16u * sg + r) * U + u) * NV + v;
                 yv -= uintBitsToFloat(smem[f >> 2u][f & 3u]);
             }
+#endif
+#ifdef CUT_DOTS
+            yv += sink == 0x7FFFFFFFu ? 1.0 : 0.0;
 #endif
             y[out0 + v * pc.n_rows + row] = yv;
         }

@@ -60,13 +60,16 @@ def _check(out: np.ndarray, ref: np.ndarray, n_rows: int, n_vecs: int, what: str
 
 
 # n_rows, n_cols, n_vecs, knobs: rows that end a block part way, one and several splits (the last one
-# short), odd counts of blocks per step, a vector count that needs a second column tile
+# short), odd counts of blocks per step, a vector count that needs a second column tile; B's slice
+# staged in shared memory (coop_bshared) with one and two column tiles
 CASES = [
     (17, 256, 3, ()),
     (64, 512, 8, (("coop_splits", 3),)),
     (40, 768, 1, (("coop_unroll", 5),)),
     (33, 1024, 9, (("coop_splits", 2), ("coop_subgroups", 2))),
     (16, 256, 2, (("coop_unroll", 1),)),
+    (17, 256, 3, (("coop_bshared", True),)),
+    (33, 1024, 9, (("coop_splits", 2), ("coop_unroll", 3), ("coop_bshared", True))),
 ]
 
 
@@ -111,6 +114,8 @@ def test_coop_batch_gives_zeros_for_zero_x_and_keeps_vectors_apart():
     ({"coop": "yes"}, "coop must be True or False"),
     ({"coop_splits": 2}, "coop_splits is a choice of coop=True"),
     ({"coop": True, "coop_unroll": 0}, "coop_unroll must be a positive int"),
+    ({"coop": True, "coop_bshared": 1}, "coop_bshared must be True or False"),
+    ({"coop_bshared": True}, "coop_bshared is a choice of coop=True"),
 ])
 def test_coop_knobs_are_checked(knobs, message):
     be = _backend((("coop", True),))
@@ -141,3 +146,30 @@ def test_coop_is_not_chosen_without_the_knob_until_timed():
     else:
         below = pol.QMATMUL_COOP_MIN_VECS - 1
         assert below < 1 or pol.qmatmul_coop(DType.Q4_0, 4096, 4096, below) is None
+
+
+def test_coop_probe_twins_are_compiled_from_the_cut_defines_and_run():
+    """kbench probe qmatvec --cut on the cooperative-matrix kernel: each twin (no weight reads, no
+    decoding, no matrix products) is the shipped source with its define, handed out in the plan by the
+    policy until restored, and runs to completion; with no products every output is zero."""
+    from kbench.probes.qmatvec import cut_kernel, restore_kernel
+
+    be = _backend((("coop", True),))
+    pol = be._policy
+    plan = pol.qmatmul_coop(DType.Q4_0, 256, 32, 2)
+    raw, x, _ = batch_problem(DType.Q4_0, 32, 256, 2, seed=3)
+    codes = {plan.main.spirv()}
+    try:
+        for cut in (("loads",), ("decode",), ("dots",)):
+            twin = cut_kernel(be, plan.main, cut, plan)
+            got = pol.qmatmul_coop(DType.Q4_0, 256, 32, 2)
+            assert got.main is twin and got.prep == plan.prep, f"the policy does not hand out the {cut} twin"
+            codes.add(twin.spirv())
+            out = run_batch(be, DType.Q4_0, raw, x, 32, 256, 2)
+            assert (out[64:] == BATCH_GUARD_VALUE).all(), f"the {cut} twin wrote past its outputs"
+            if cut == ("dots",):
+                assert (out[:64] == 0.0).all(), f"no products should leave zeros, got {out[:4]}"
+    finally:
+        restore_kernel(be)
+    assert pol.qmatmul_coop(DType.Q4_0, 256, 32, 2) == plan, "restore_kernel left a twin in place"
+    assert len(codes) == 4, "a cut twin compiled to the shipped SPIR-V or to another twin's: the defines did nothing"

@@ -87,9 +87,11 @@ class Kernel:
     spv: str
     spec: tuple[int, ...]
     push: np.dtype
+    #: SPIR-V compiled elsewhere (a probe's ablated twin), used instead of the shipped ``spv``
+    code: bytes | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def spirv(self) -> bytes:
-        return load_spirv(self.spv)
+        return load_spirv(self.spv) if self.code is None else self.code
 
     def push_record(self, *values: Any) -> np.ndarray:
         """A one-record structured array holding ``values`` in block order."""
@@ -970,7 +972,7 @@ class KernelPolicy:
         cfg = dict(config or {}, **knobs)
         unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot", "xq",
                               "layout", "unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk",
-                              "coop", "coop_subgroups", "coop_unroll", "coop_splits"}
+                              "coop", "coop_subgroups", "coop_unroll", "coop_splits", "coop_bshared"}
         if unknown:
             raise ValueError(f"qmatvec config: unknown keys {sorted(unknown)}")
         if cfg.get("kernel", "auto") not in ("auto", "fast", "generic"):
@@ -1025,7 +1027,9 @@ class KernelPolicy:
                              "xq='dispatch'")
         if cfg.get("coop") is not None and not isinstance(cfg["coop"], bool):
             raise ValueError(f"qmatvec config: coop must be True or False, got {cfg['coop']!r}")
-        for key in ("coop_subgroups", "coop_unroll", "coop_splits"):
+        if cfg.get("coop_bshared") is not None and not isinstance(cfg["coop_bshared"], bool):
+            raise ValueError(f"qmatvec config: coop_bshared must be True or False, got {cfg['coop_bshared']!r}")
+        for key in ("coop_subgroups", "coop_unroll", "coop_splits", "coop_bshared"):
             if cfg.get(key) is not None and not cfg.get("coop"):
                 raise ValueError(f"qmatvec config: {key} is a choice of coop=True")
         for key in ("lanes", "rows", "teams", "chunk", "tile_kib", "unroll", "groups", "x_chunk",
@@ -1286,6 +1290,9 @@ class KernelPolicy:
     #: (subgroups per workgroup, blocks of 32 per step): 64 rows a workgroup, two stages of hi and lo
     #: planes in 36 KiB of shared memory
     QMATMUL_COOP_SHAPE = (4, 2)
+    #: each step's slice of x (the B operand) staged in shared memory beside the weights, not loaded
+    #: into the matrices from global memory (the ``coop_bshared`` knob)
+    QMATMUL_COOP_B_SHARED = False
     #: splits along the rows until the grid has this many workgroups per compute unit (64 workgroups
     #: per unit's worth where the device does not say how many units it has), each split at least
     #: QMATMUL_COOP_MIN_STEPS steps long
@@ -1324,10 +1331,13 @@ class KernelPolicy:
         nsg = int(cfg.get("coop_subgroups") or self.QMATMUL_COOP_SHAPE[0])
         unroll = int(cfg.get("coop_unroll") or self.QMATMUL_COOP_SHAPE[1])
         tiles = _ceil_div(2 * n_vecs, 16)
+        bshared = bool(cfg.get("coop_bshared", self.QMATMUL_COOP_B_SHARED))
 
-        def shared_bytes(nsg: int, unroll: int) -> int:  # two stages of hi and lo planes, or the C tiles
-            mins = _ceil_div(16 * nsg * unroll * n_vecs, 4) if dtype == DType.Q4_K else 0  # and Q4_K's mins
-            return 16 * max(2 * 2 * 16 * nsg * (4 * unroll + 1), nsg * tiles * 64 + mins)
+        def shared_bytes(nsg: int, unroll: int) -> int:
+            """uvec4 words: two stages of hi and lo planes (and B's slice), or the C tiles and Q4_K's mins."""
+            mins = _ceil_div(16 * nsg * unroll * n_vecs, 4) if dtype == DType.Q4_K else 0
+            stage = (2 * 16 * nsg + bshared * 16 * tiles) * (4 * unroll + 1)
+            return 16 * max(2 * stage, nsg * tiles * 64 + mins)
 
         # the automatic shape shrinks to the device: fewer rows per workgroup first, then shorter steps
         while "coop_subgroups" not in cfg and nsg > 1 and shared_bytes(nsg, unroll) > self.max_shared:
@@ -1358,7 +1368,8 @@ class KernelPolicy:
         name = QMATVEC_DTYPES[dtype]
         io_wg = min(256, self.wg)
         return QMatmulCoopPlan(
-            main=Kernel(f"qmatmul_coop.{name}.{variant}.spv", (wg, nsg, unroll, tiles, n_vecs), PUSH_QMATMUL_COOP),
+            main=Kernel(f"qmatmul_coop.{name}.{variant}.spv", (wg, nsg, unroll, tiles, n_vecs, int(bshared)),
+                        PUSH_QMATMUL_COOP),
             prep=Kernel("qmatmul_coop_io.x.spv", (io_wg, 1 if dtype == DType.Q4_0 else 0, int(dtype == DType.Q4_K)),
                         PUSH_QMATMUL_COOP_X),
             sum=Kernel("qmatmul_coop_io.sum.spv", (self.wg, 0), PUSH_QMATMUL_COOP_SUM),

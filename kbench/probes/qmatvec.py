@@ -38,7 +38,9 @@ says where it goes (its NMSE is meaningless and not checked).  Three cuts keep t
 their NMSE is checked: xfirst (CUT_X_FIRST: x's first loads issued after the weights' first batch, not
 before it), quads (CUT_QUADS: a lane per block of x instead of the 4 lanes of a quad) and halving
 (CUT_HALVING: a team's sums reduced by a butterfly of every sum, not by halving), all of the subgroup
-variants.  With --vecs, --cut PARTS.. times the same twins of each batch's packed kernel.  --stats
+variants.  With --vecs, --cut PARTS.. times the same twins of each batch's packed kernel, or of the
+cooperative-matrix kernel under --knobs coop=true (shaders/qmatmul_coop.comp: loads, decode (the quant
+words stored undecoded), dots (no matrix loads or products)).  --stats
 adds the driver's statistics
 of every variant's pipeline (registers per invocation on NVIDIA) where the device reports them.
 """
@@ -55,7 +57,7 @@ import numpy as np
 
 
 from kbench.backend import VulkanBackend
-from kbench.backend.kernels import QMATVEC_PACKED_DTYPES, KernelPolicy, QMatvecKernel
+from kbench.backend.kernels import QMATVEC_PACKED_DTYPES, KernelPolicy
 from kbench.runtime import UnsupportedFeatureError
 from kbench.quant import DType, dequantize, quantize, row_bytes
 
@@ -206,20 +208,30 @@ def raw_kernel(be, kernel, kind="loads"):
 
 #: what a cut: variant may take out of the packed kernel, and the define that does it
 CUTS = {"x": "CUT_X", "loads": "CUT_LOADS", "dots": "CUT_DOTS", "xfirst": "CUT_X_FIRST", "quads": "CUT_QUADS",
-        "halving": "CUT_HALVING"}
+        "halving": "CUT_HALVING", "decode": "CUT_DECODE"}
 #: cuts that keep the product exact (only who loads x, and when, changes): their NMSE is checked
 EXACT_CUTS = {"xfirst", "quads", "halving"}
 
 
-def cut_applies(kernel, cut) -> bool:
-    """Whether ``kernel`` holds what ``cut`` takes out: a packed kernel, and for the cuts of x's
-    quantization (x, xfirst, quads) one that quantizes x itself (not a first dispatch)."""
-    return kernel.packed and not ({"x", "xfirst", "quads"} & set(cut) and ".xwg" not in kernel.spv)
+#: the cuts qmatmul_coop.comp's twins take (shaders/qmatmul_coop.comp): no weight reads, no decoding,
+#: no matrix products
+COOP_CUTS = {"loads", "decode", "dots"}
 
 
-def cut_kernel(be, kernel, cut):
+def cut_applies(kernel, cut, coop=False) -> bool:
+    """Whether ``kernel`` holds what ``cut`` takes out: the cooperative-matrix kernel (``coop``) its
+    COOP_CUTS; a packed kernel the rest but decode, and for the cuts of x's quantization (x, xfirst,
+    quads) one that quantizes x itself (not a first dispatch)."""
+    if coop:
+        return set(cut) <= COOP_CUTS
+    return (kernel.packed and "decode" not in cut
+            and not ({"x", "xfirst", "quads"} & set(cut) and ".xwg" not in kernel.spv))
+
+
+def cut_kernel(be, kernel, cut, coop=None):
     """Make the policy hand out ``kernel`` compiled with the CUT_* defines of ``cut`` (besides the
-    defines its shipped SPIR-V is built with, kbench.shaders.build) until reconfigured."""
+    defines its shipped SPIR-V is built with, kbench.shaders.build) until reconfigured; ``coop``: the
+    cooperative-matrix plan whose main kernel ``kernel`` is."""
     from kbench.runtime import compile_source
     from kbench.shaders.build import declared_outputs
 
@@ -227,24 +239,17 @@ def cut_kernel(be, kernel, cut):
     defines = dict(d.split("=", 1) if "=" in d else (d, 1) for d in out.defines)
     defines.update({CUTS[c]: 1 for c in cut})
     code = compile_source(out.source.read_text(encoding="utf-8"), defines, out.target)
-    fields = {f.name: getattr(kernel, f.name) for f in dataclasses.fields(kernel)}
-    fields["spv"] = f"{kernel.spv}+cut:{'+'.join(cut)}"  # its own key in the backend's pipeline cache
-    ablated = _CutKernel(**fields, code=code)
+    # its own name: its own key in the backend's pipeline cache
+    ablated = dataclasses.replace(kernel, spv=f"{kernel.spv}+cut:{'+'.join(cut)}", code=code)
     pol = be._policy
     if not hasattr(pol, "_probe_saved"):  # a twin replacing a twin keeps the policy's own choice
-        pol._probe_saved = pol.qmatvec
-    pol.qmatvec = lambda *a, **k: ablated
+        pol._probe_saved = (pol.qmatvec, pol.qmatmul_coop)
+    if coop is None:
+        pol.qmatvec = lambda *a, **k: ablated
+    else:
+        plan = dataclasses.replace(coop, main=ablated)
+        pol.qmatmul_coop = lambda *a, **k: plan
     return ablated
-
-
-@dataclasses.dataclass(frozen=True)
-class _CutKernel(QMatvecKernel):
-    """A packed kernel's plan with SPIR-V compiled here (cut_kernel)."""
-
-    code: bytes = b""
-
-    def spirv(self) -> bytes:
-        return self.code
 
 
 def register_column(be, kernel) -> str:
@@ -261,7 +266,7 @@ def register_column(be, kernel) -> str:
 def restore_kernel(be):
     pol = be._policy
     if hasattr(pol, "_probe_saved"):
-        pol.qmatvec = pol._probe_saved
+        pol.qmatvec, pol.qmatmul_coop = pol._probe_saved
         del pol._probe_saved
 
 
@@ -392,15 +397,15 @@ def batches(args, shapes, dtypes, rng) -> int:
                         print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} {nv:>4} {x_bits}-bit x: FAILED: {exc}")
                         continue
                     if coop:  # the cooperative-matrix kernel with its splits along the rows
-                        if cut or x_bits == 8 or x_from != "auto":
+                        if x_bits == 8 or x_from != "auto":
                             continue
-                        name = f"{kernel.spv.replace('.spv', '')} s{coop.splits}"
+                        name = f"{kernel.spv.replace('.spv', '')} s{coop.splits}" + (" bsh" if kernel.spec[5] else "")
                     else:
                         name = kernel.spv.replace(".spv", "") + ("" if kernel.vectors == nv else f" x{nv} calls")
                     if cut:
-                        if not cut_applies(kernel, cut):
+                        if not cut_applies(kernel, cut, coop=coop is not None):
                             continue
-                        kernel = cut_kernel(be, kernel, cut)
+                        kernel = cut_kernel(be, kernel, cut, coop)
                         name = f"cut:{'+'.join(cut)} {name}"
                     x = rng.uniform(-1, 1, (nv, n_cols)).astype(np.float32)
                     ref = np.tile(x.astype(np.float64) @ base_ref.T, (1, -(-n_rows // len(base_ref))))[:, :n_rows]
