@@ -26,7 +26,9 @@
 #       for a device whose own is older), and the knob sets
 # kquants: one vector of Q4_K and Q6_K (the ggml gaps of round 5) under the GGUF kernels, packed and fp32-decoding
 #          shapes beside the automatic kernel (ggml's Q4_K reads x as fp32 with 16 lanes a superblock, 2 rows a
-#          workgroup of one subgroup: fast:16:1:2 has that split, fast:32:2:1 and fast:64:2:1 are wider); about a minute
+#          workgroup of one subgroup: fast:16:1:2 has that split, fast:32:2:1 and fast:64:2:1 are wider; where k > 4096
+#          ggml quantizes x to 8 bits (q8_1, its MMVQ path on NVIDIA): packedw8 is kbench's like for like); about a
+#          minute ($KQ_VARIANTS: fewer)
 # quantized: round3's quantized_matmul rows alone (read floor, bench beside torch, ggml like for like); carry as round3
 # ablate: where the packed kernel's time goes: the automatic kernel beside its ablated twins (cut: variants of
 #         `kbench probe qmatvec`: a butterfly of every sum as before the halving reduction, x by a lane per
@@ -138,9 +140,10 @@ elif [ "$what" = coop ]; then
   grep -v "^# warmed" "$out/probe_coop.log"
 elif [ "$what" = kquants ]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
-  timeout ${KQ_S:-75} python3 -m kbench.probes qmatvec --stats --repeats 3 --dtypes ${DTYPES:-Q4_K Q6_K} --variants auto gguf \
-    packed packed:64:4 packed:128:4 packed:256:2 packedw:128:16 packedw:256:16 fast:16:1:2 fast:32:2:1 fast:64:2:1 fast:128:4:1 fast:256:2:1 \
-    dot:256:4:1 dotx:256:4:1 > "$out/probe_kquants.log" 2>&1
+  # shellcheck disable=SC2086
+  timeout ${KQ_S:-75} python3 -m kbench.probes qmatvec --stats --repeats 3 --dtypes ${DTYPES:-Q4_K Q6_K} --variants \
+    ${KQ_VARIANTS:-auto gguf packed packed:64:4 packed:128:4 packed:256:2 packedw:128:16 packedw:256:16 packedw8 \
+    fast:16:1:2 fast:32:2:1 fast:64:2:1 fast:128:4:1 fast:256:2:1 dot:256:4:1 dotx:256:4:1} > "$out/probe_kquants.log" 2>&1
   grep -v "^# warmed" "$out/probe_kquants.log" | tail -45
 elif [ "$what" = quantized ]; then
   # round3's quantized_matmul part alone (about 3 minutes): read floor, bench beside torch, ggml like for like
