@@ -39,15 +39,9 @@ class NotDeclaredError(UnsupportedFeatureError):
         super().__init__(message, feature="declared kernel")
 
 
-class _ForeignKernel(Kernel):
+def _foreign_kernel(loaded: LoadedKernel, spec: tuple[int, ...]) -> Kernel:
     """A kbench Kernel whose SPIR-V comes from a declaration instead of kbench/spv/."""
-
-    def __init__(self, loaded: LoadedKernel, spec: tuple[int, ...]):
-        super().__init__(f"foreign:{loaded.sha256}:{loaded.name}", spec, loaded.push_dtype)
-        object.__setattr__(self, "_blob", loaded.spirv)
-
-    def spirv(self) -> bytes:
-        return self._blob  # type: ignore[attr-defined]
+    return Kernel(f"foreign:{loaded.sha256}:{loaded.name}", spec, loaded.push_dtype, code=loaded.spirv)
 
 
 class ForeignBackend(VulkanBackend):
@@ -61,7 +55,7 @@ class ForeignBackend(VulkanBackend):
         self._set = kernel_set
         self._group = group
         self._by_op = kernel_set.group(group)
-        self._kernels: dict[tuple[str, tuple[int, ...]], _ForeignKernel] = {}
+        self._kernels: dict[tuple[str, tuple[int, ...]], Kernel] = {}
         for op in DECLARABLE_OPS:
             if op in self._by_op:
                 setattr(self, f"_{op}", functools.partial(self._run_declared, op))
@@ -154,7 +148,7 @@ class ForeignBackend(VulkanBackend):
         self._check_grid(where, grid, local, decl, scalars)
         kernel = self._kernels.get((decl.name, spec))
         if kernel is None:
-            kernel = self._kernels[(decl.name, spec)] = _ForeignKernel(loaded, spec)
+            kernel = self._kernels[(decl.name, spec)] = _foreign_kernel(loaded, spec)
         self._dispatch(kernel, keys, grid, push)  # type: ignore[arg-type]
 
     def _push(self, loaded: LoadedKernel, env: dict[str, Any]) -> np.ndarray:
