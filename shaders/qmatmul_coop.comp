@@ -40,8 +40,9 @@
 // accumulators (columns of B).  Per step of U blocks, the workgroup's invocations load the quants
 // and scales of BM x U (row, block) pairs into registers (the next step's loads go out before the
 // current step is multiplied), decode them into the A planes of a shared-memory stage (two stages,
-// one barrier a step), and each subgroup multiplies its 16 rows: 2 U k-slices of 16, two
-// coopMatMulAdd (hi, lo planes) per slice and column tile, B read from global memory (L1/L2), or with
+// one barrier a step; STAGES 1: one stage, two barriers a step, room for longer steps), and each
+// subgroup multiplies its 16 rows: 2 U k-slices of 16, two coopMatMulAdd (hi, lo planes) per slice
+// and column tile, B read from global memory (L1/L2), or with
 // BSH from the stage, where the step's B rows were put beside A (each invocation loads and stores
 // its share of them with the quants).
 // A decoded row holds a block's 32 weights in decoding order (a permutation within the block that
@@ -64,6 +65,7 @@ layout(constant_id = 2) const uint U = 2;    // blocks of 32 per step
 layout(constant_id = 3) const uint NT = 1;   // 16-column tiles of B: ceil(2 NV / 16)
 layout(constant_id = 4) const uint NV = 8;   // vectors
 layout(constant_id = 5) const uint BSH = 0;  // 1: each step's slice of B staged in shared memory beside A
+layout(constant_id = 6) const uint STAGES = 2;  // 1: one stage, refilled after a second barrier (half the memory)
 
 // a pair's quants: QV uvec4 (Q6_K: 32 bytes of ql, then 32 of qh)
 #if defined(QT_Q4_0)
@@ -102,7 +104,7 @@ const uint PAIRS = BM * U;                   // (row, block) pairs per step
 const uint PL = (PAIRS + WG - 1u) / WG;      // pairs per invocation
 const uint C_WORDS = NSG * NT * 64u;         // a 16x16 float tile per subgroup and column tile
 const uint MIN_WORDS = NMIN > 1u ? (PAIRS * NMIN + 3u) / 4u : 0u;  // Q4_K: the pairs' mins, after the C tiles
-const uint SMEM = 2u * STAGE > C_WORDS + MIN_WORDS ? 2u * STAGE : C_WORDS + MIN_WORDS;
+const uint SMEM = STAGES * STAGE > C_WORDS + MIN_WORDS ? STAGES * STAGE : C_WORDS + MIN_WORDS;
 
 shared uvec4 smem[SMEM];
 
@@ -474,7 +476,7 @@ void main() {
     }
     barrier();
     for (uint s = 0u; s < steps; ++s) {
-        uint stage = s & 1u;
+        uint stage = STAGES == 2u ? s & 1u : 0u;
         bool more = s + 1u < steps;
         if (more) {
             fetch(row0, blk0 + (s + 1u) * U, blk_end, nb, lid);
@@ -500,7 +502,10 @@ void main() {
         sink += smem[abase + lid % (16u * APITCH)].x + (BSH == 1u ? smem[bbase + lid % max(BPLANE, 1u)].y : 0u);  // keeps the stores live
 #endif
         if (more) {
-            stash(stage ^ 1u, lid);
+            if (STAGES == 1u) {
+                barrier();  // every subgroup has read the stage (more is uniform)
+            }
+            stash(STAGES == 2u ? stage ^ 1u : 0u, lid);
         }
         barrier();
     }

@@ -61,7 +61,7 @@ def _check(out: np.ndarray, ref: np.ndarray, n_rows: int, n_vecs: int, what: str
 
 # n_rows, n_cols, n_vecs, knobs: rows that end a block part way, one and several splits (the last one
 # short), odd counts of blocks per step, a vector count that needs a second column tile; B's slice
-# staged in shared memory (coop_bshared) with one and two column tiles
+# staged in shared memory (coop_bshared) with one and two column tiles; one stage (coop_stages)
 CASES = [
     (17, 256, 3, ()),
     (64, 512, 8, (("coop_splits", 3),)),
@@ -70,6 +70,7 @@ CASES = [
     (16, 256, 2, (("coop_unroll", 1),)),
     (17, 256, 3, (("coop_bshared", True),)),
     (33, 1024, 9, (("coop_splits", 2), ("coop_unroll", 3), ("coop_bshared", True))),
+    (40, 768, 3, (("coop_stages", 1), ("coop_unroll", 4))),
 ]
 
 
@@ -116,6 +117,7 @@ def test_coop_batch_gives_zeros_for_zero_x_and_keeps_vectors_apart():
     ({"coop": True, "coop_unroll": 0}, "coop_unroll must be a positive int"),
     ({"coop": True, "coop_bshared": 1}, "coop_bshared must be True or False"),
     ({"coop_bshared": True}, "coop_bshared is a choice of coop=True"),
+    ({"coop": True, "coop_stages": 3}, "coop_stages must be 1 or 2"),
 ])
 def test_coop_knobs_are_checked(knobs, message):
     be = _backend((("coop", True),))
