@@ -25,8 +25,9 @@ except Exception as exc:  # no loader / no ICD
 
 pytestmark = pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
 
-#: fp16 weights or x would give about 1e-7 here; the exact halves leave fp32 accumulation
-NMSE_LIMIT = 1e-11
+#: fp16 weights or x would give about 1e-7 here; the exact halves leave fp32 accumulation, which on
+#: tensor cores need not round to nearest: up to 1.2e-11 on an H100 (README, performance round 7)
+NMSE_LIMIT = 3e-11
 DTYPES = (DType.Q4_0, DType.Q8_0, DType.Q6_K, DType.Q4_K)
 
 _backends: dict = {}
@@ -60,17 +61,17 @@ def _check(out: np.ndarray, ref: np.ndarray, n_rows: int, n_vecs: int, what: str
 
 
 # n_rows, n_cols, n_vecs, knobs: rows that end a block part way, one and several splits (the last one
-# short), odd counts of blocks per step, a vector count that needs a second column tile; B's slice
-# staged in shared memory (coop_bshared) with one and two column tiles; one stage (coop_stages)
+# short), odd counts of blocks per step, a vector count that needs a second column tile; B loaded
+# from global memory (coop_bshared off) with one and two column tiles; two stages (coop_stages)
 CASES = [
     (17, 256, 3, ()),
     (64, 512, 8, (("coop_splits", 3),)),
     (40, 768, 1, (("coop_unroll", 5),)),
     (33, 1024, 9, (("coop_splits", 2), ("coop_subgroups", 2))),
     (16, 256, 2, (("coop_unroll", 1),)),
-    (17, 256, 3, (("coop_bshared", True),)),
-    (33, 1024, 9, (("coop_splits", 2), ("coop_unroll", 3), ("coop_bshared", True))),
-    (40, 768, 3, (("coop_stages", 1), ("coop_unroll", 4))),
+    (17, 256, 3, (("coop_bshared", False),)),
+    (33, 1024, 9, (("coop_splits", 2), ("coop_unroll", 3), ("coop_bshared", False), ("coop_stages", 2))),
+    (40, 768, 3, (("coop_stages", 2), ("coop_unroll", 2))),
 ]
 
 
@@ -155,6 +156,7 @@ def test_coop_probe_twins_are_compiled_from_the_cut_defines_and_run():
     decoding, no matrix products) is the shipped source with its define, handed out in the plan by the
     policy until restored, and runs to completion; with no products every output is zero."""
     from kbench.probes.qmatvec import cut_kernel, restore_kernel
+    from kbench.shaders.build import CompilerTooOld
 
     be = _backend((("coop", True),))
     pol = be._policy
@@ -163,7 +165,10 @@ def test_coop_probe_twins_are_compiled_from_the_cut_defines_and_run():
     codes = {plan.main.spirv()}
     try:
         for cut in (("loads",), ("decode",), ("dots",)):
-            twin = cut_kernel(be, plan.main, cut, plan)
+            try:
+                twin = cut_kernel(be, plan.main, cut, plan)
+            except CompilerTooOld as exc:
+                pytest.skip(f"the twins are compiled here: {exc}")
             got = pol.qmatmul_coop(DType.Q4_0, 256, 32, 2)
             assert got.main is twin and got.prep == plan.prep, f"the policy does not hand out the {cut} twin"
             codes.add(twin.spirv())

@@ -1289,15 +1289,16 @@ class KernelPolicy:
     QMATMUL_COOP_MIN_VECS: int | None = None
     #: most vectors one dispatch takes (two B columns each)
     QMATMUL_COOP_MAX_VECS = 32
-    #: (subgroups per workgroup, blocks of 32 per step): 64 rows a workgroup, two stages of hi and lo
-    #: planes in 36 KiB of shared memory
-    QMATMUL_COOP_SHAPE = (4, 2)
+    #: (subgroups per workgroup, blocks of 32 per step): 64 rows a workgroup, with B and one stage 39
+    #: KiB of shared memory (the fastest of the shapes timed: README, performance round 7)
+    QMATMUL_COOP_SHAPE = (4, 4)
     #: each step's slice of x (the B operand) staged in shared memory beside the weights, not loaded
-    #: into the matrices from global memory (the ``coop_bshared`` knob)
-    QMATMUL_COOP_B_SHARED = False
+    #: into the matrices from global memory (the ``coop_bshared`` knob; loading B from global memory
+    #: cost a third of the time on an H100: README, performance round 7)
+    QMATMUL_COOP_B_SHARED = True
     #: shared-memory stages: 2 (the next step decoded while this one is multiplied, one barrier a step)
     #: or 1 (half the memory, so longer steps fit; two barriers a step) (the ``coop_stages`` knob)
-    QMATMUL_COOP_STAGES = 2
+    QMATMUL_COOP_STAGES = 1
     #: splits along the rows until the grid has this many workgroups per compute unit (64 workgroups
     #: per unit's worth where the device does not say how many units it has), each split at least
     #: QMATMUL_COOP_MIN_STEPS steps long

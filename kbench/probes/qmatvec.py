@@ -233,12 +233,14 @@ def cut_kernel(be, kernel, cut, coop=None):
     defines its shipped SPIR-V is built with, kbench.shaders.build) until reconfigured; ``coop``: the
     cooperative-matrix plan whose main kernel ``kernel`` is."""
     from kbench.runtime import compile_source
-    from kbench.shaders.build import declared_outputs
+    from kbench.shaders.build import declared_outputs, find_compilers, pick_compiler
 
     out = next(o for o in declared_outputs() if o.name == kernel.spv)
     defines = dict(d.split("=", 1) if "=" in d else (d, 1) for d in out.defines)
     defines.update({CUTS[c]: 1 for c in cut})
-    code = compile_source(out.source.read_text(encoding="utf-8"), defines, out.target)
+    # the oldest glslang the shader declares it needs (CompilerTooOld says which, where none is)
+    glslang = pick_compiler(out, find_compilers()).path
+    code = compile_source(out.source.read_text(encoding="utf-8"), defines, out.target, glslang=glslang)
     # its own name: its own key in the backend's pipeline cache
     ablated = dataclasses.replace(kernel, spv=f"{kernel.spv}+cut:{'+'.join(cut)}", code=code)
     pol = be._policy
