@@ -119,8 +119,8 @@ elif [ "$what" = coop ]; then
   timeout ${BATCH_S:-120} "${p[@]}" > "$out/probe_coop.log" 2>&1
   echo "# knobs: coop=true" >> "$out/probe_coop.log"
   CUDA_VISIBLE_DEVICES= timeout ${BATCH_S:-120} "${p[@]}" --knobs coop=true >> "$out/probe_coop.log" 2>&1
-  # launch shapes at 8 vectors (Q4_0) beside the default (README, rounds 6 and 7): B loaded from global memory,
-  # round 6's two stages of 2 blocks, smaller workgroups, one split
+  # launch shapes at 8 vectors (Q4_0) beside the default (README, rounds 6 and 7): loads two steps ahead (also
+  # with smaller workgroups), B loaded from global memory, round 6's two stages of 2 blocks, one split
   if [ -x .gl/glslang ]; then
     export KBENCH_GLSLANG=$PWD/.gl/glslang
     "$KBENCH_GLSLANG" --version > /dev/null 2>&1 || export LD_LIBRARY_PATH=$PWD/.gl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -129,7 +129,7 @@ elif [ "$what" = coop ]; then
   # shellcheck disable=SC2086
   CUDA_VISIBLE_DEVICES= timeout ${KNOB_S:-45} python3 -m kbench.probes qmatvec --stats --repeats 3 --dtypes Q4_0 \
     --vecs 8 --knobs coop=true --cut ${COOP_CUTS-loads decode dots} >> "$out/probe_coop.log" 2>&1
-  IFS=';' read -ra sets <<< "${COOP_KNOBS-coop=true coop_bshared=false;coop=true coop_stages=2 coop_unroll=2;coop=true coop_subgroups=2;coop=true coop_splits=1}"
+  IFS=';' read -ra sets <<< "${COOP_KNOBS-coop=true coop_depth=2;coop=true coop_depth=2 coop_subgroups=2;coop=true coop_bshared=false;coop=true coop_stages=2 coop_unroll=2;coop=true coop_splits=1}"
   for set in "${sets[@]}"; do
     echo "# knobs: $set" >> "$out/probe_coop.log"
     # shellcheck disable=SC2086  # (no CUDA device: torch's figure is the first run's)

@@ -40,7 +40,8 @@
 // accumulators (columns of B).  Per step of U blocks, the workgroup's invocations load the quants
 // and scales of BM x U (row, block) pairs into registers (the next step's loads go out before the
 // current step is multiplied), decode them into the A planes of a shared-memory stage (two stages,
-// one barrier a step; STAGES 1: one stage, two barriers a step, room for longer steps), and each
+// one barrier a step; STAGES 1: one stage, two barriers a step, room for longer steps; DEPTH 2: two
+// register sets, so each step's loads go out two steps before it is decoded), and each
 // subgroup multiplies its 16 rows: 2 U k-slices of 16, two coopMatMulAdd (hi, lo planes) per slice
 // and column tile, B read from global memory (L1/L2), or with
 // BSH from the stage, where the step's B rows were put beside A (each invocation loads and stores
@@ -66,6 +67,7 @@ layout(constant_id = 3) const uint NT = 1;   // 16-column tiles of B: ceil(2 NV 
 layout(constant_id = 4) const uint NV = 8;   // vectors
 layout(constant_id = 5) const uint BSH = 0;  // 1: each step's slice of B staged in shared memory beside A
 layout(constant_id = 6) const uint STAGES = 2;  // 1: one stage, refilled after a second barrier (half the memory)
+layout(constant_id = 7) const uint DEPTH = 1;   // steps whose loads are in flight at once (register sets): 1 or 2
 
 // a pair's quants: QV uvec4 (Q6_K: 32 bytes of ql, then 32 of qh)
 #if defined(QT_Q4_0)
@@ -108,14 +110,16 @@ const uint SMEM = STAGES * STAGE > C_WORDS + MIN_WORDS ? STAGES * STAGE : C_WORD
 
 shared uvec4 smem[SMEM];
 
-uvec4 pq[PL * QV];
-uvec4 pbx[BL > 0u ? BL : 1u];  // BSH: the step's slice of B
-uint pd[PL];  // the fp16 scale d; Q6_K: | its unit's two int8 sub-block scales << 16
+// a register set per step in flight (DEPTH); set k's pair j at k * PL + j
+const uint BLS = BL > 0u ? BL : 1u;
+uvec4 pq[DEPTH * PL * QV];
+uvec4 pbx[DEPTH * BLS];  // BSH: the step's slice of B
+uint pd[DEPTH * PL];  // the fp16 scale d; Q6_K: | its unit's two int8 sub-block scales << 16
 #if defined(QT_Q6_K) || defined(QT_Q4_K)
-uint pg[PL];  // Q6_K: the unit's place in its 128-element half (g: nibble 4 (g >> 1), qh bits 2 g); Q4_K: sc | m << 8 | nibble << 16
+uint pg[DEPTH * PL];  // Q6_K: the unit's place in its 128-element half (g: nibble 4 (g >> 1), qh bits 2 g); Q4_K: sc | m << 8 | nibble << 16
 #endif
 #if defined(QT_Q4_K)
-uint pb[PL];          // the pair's unit in its row
+uint pb[DEPTH * PL];  // the pair's unit in its row
 float pmin[PL * NV];  // the mins' part: sum over the pair's units of dmin * m * S
 #endif
 
@@ -137,14 +141,15 @@ uint scale_bits(uint blk, uint n_blocks, uint qb) {
 
 // blocks of 32 (Q6_K: units of 32, an eighth of a block of 256) blk0 .. of rows row0 ..; with BSH,
 // also B's rows 32 blk0 .. 32 (blk0 + U) of every column (zeros past n_cols: the io shader's padding)
-void fetch(uint row0, uint blk0, uint blk_end, uint nb, uint lid) {
+void fetch(uint set, uint row0, uint blk0, uint blk_end, uint nb, uint lid) {
     [[unroll]] for (uint j = 0u; j < BL; ++j) {
         uint e = lid + j * WG;
         uint col = e / (4u * U);
-        pbx[j] = e < NT * 16u * 4u * U ? xb[col * pc.kp8 + 4u * blk0 + e % (4u * U)] : uvec4(0u);
+        pbx[set * BLS + j] = e < NT * 16u * 4u * U ? xb[col * pc.kp8 + 4u * blk0 + e % (4u * U)] : uvec4(0u);
     }
     [[unroll]] for (uint j = 0u; j < PL; ++j) {
         uint p = lid + j * WG;
+        uint k = set * PL + j;
         uint r = p / U;
         uint b = blk0 + p % U;
         bool ok = p < PAIRS && row0 + r < pc.n_rows && b < blk_end;
@@ -156,29 +161,29 @@ void fetch(uint row0, uint blk0, uint blk_end, uint nb, uint lid) {
         uint h = u >> 2u;
         uint q0 = 13u * blk;
         [[unroll]] for (uint i = 0u; i < 2u; ++i) {
-            pq[j * QV + i] = ok ? WQ(q0 + 4u * h + 2u * (u & 1u) + i) : uvec4(0u);
-            pq[j * QV + 2u + i] = ok ? WQ(q0 + 8u + 2u * h + i) : uvec4(0u);
+            pq[k * QV + i] = ok ? WQ(q0 + 4u * h + 2u * (u & 1u) + i) : uvec4(0u);
+            pq[k * QV + 2u + i] = ok ? WQ(q0 + 8u + 2u * h + i) : uvec4(0u);
         }
         uint sc = ok ? WQ(q0 + 12u)[2u * h + ((u & 3u) >> 1u)] : 0u;
-        pd[j] = ok ? scale_bits(blk, pc.n_rows * (nb >> 3u), 13u) | (((sc >> (16u * (u & 1u))) & 0xFFFFu) << 16u) : 0u;
-        pg[j] = u & 3u;
+        pd[k] = ok ? scale_bits(blk, pc.n_rows * (nb >> 3u), 13u) | (((sc >> (16u * (u & 1u))) & 0xFFFFu) << 16u) : 0u;
+        pg[k] = u & 3u;
 #elif defined(QT_Q4_K)
         // sub-block u of block g / 8: quants 2 (u >> 1), + 1 (nibble u & 1), scale and min bytes, d | dmin
         uint blk = g >> 3u;
         uint u = g & 7u;
         uint n_blocks = pc.n_rows * (nb >> 3u);
         [[unroll]] for (uint i = 0u; i < 2u; ++i) {
-            pq[j * QV + i] = ok ? WQ(8u * blk + 2u * (u >> 1u) + i) : uvec4(0u);
+            pq[k * QV + i] = ok ? WQ(8u * blk + 2u * (u >> 1u) + i) : uvec4(0u);
         }
         uint sm = ok ? WQ(8u * n_blocks + blk)[u >> 1u] >> (8u * (u & 1u)) : 0u;
-        pd[j] = ok ? WQ(9u * n_blocks + (blk >> 2u))[blk & 3u] : 0u;
-        pg[j] = (sm & 0xFFu) | (((sm >> 16u) & 0xFFu) << 8u) | ((u & 1u) << 16u);
-        pb[j] = ok ? b : 0xFFFFFFFFu;
+        pd[k] = ok ? WQ(9u * n_blocks + (blk >> 2u))[blk & 3u] : 0u;
+        pg[k] = (sm & 0xFFu) | (((sm >> 16u) & 0xFFu) << 8u) | ((u & 1u) << 16u);
+        pb[k] = ok ? b : 0xFFFFFFFFu;
 #else
         [[unroll]] for (uint i = 0u; i < QV; ++i) {
-            pq[j * QV + i] = ok ? WQ(g * QV + i) : uvec4(0u);
+            pq[k * QV + i] = ok ? WQ(g * QV + i) : uvec4(0u);
         }
-        pd[j] = ok ? scale_bits(g, pc.n_rows * nb, QV) : 0u;
+        pd[k] = ok ? scale_bits(g, pc.n_rows * nb, QV) : 0u;
 #endif
     }
 }
@@ -242,41 +247,41 @@ uvec2 planes2h(uint biased, float16_t bias, f16vec2 d) {
 }
 #endif
 
-// decode pair j of the registers into row r, block u of A's planes at stage base `at`
-void stash_pair(uint j, uint at, uint r, uint u) {
+// decode the registers' pair k (pair j of its set) into row r, block u of A's planes at stage base `at`
+void stash_pair(uint k, uint j, uint at, uint r, uint u) {
     uint hi_at = at + r * APITCH + 4u * u;
     uint lo_at = hi_at + PLANE;
     uint w[4u * QV];
     [[unroll]] for (uint i = 0u; i < QV; ++i) {
-        w[4u * i] = pq[j * QV + i].x;
-        w[4u * i + 1u] = pq[j * QV + i].y;
-        w[4u * i + 2u] = pq[j * QV + i].z;
-        w[4u * i + 3u] = pq[j * QV + i].w;
+        w[4u * i] = pq[k * QV + i].x;
+        w[4u * i + 1u] = pq[k * QV + i].y;
+        w[4u * i + 2u] = pq[k * QV + i].z;
+        w[4u * i + 3u] = pq[k * QV + i].w;
     }
     uint hw[16];
     uint lw[16];
 #ifdef CUT_DECODE
     // probe twin (--cut decode): the raw quant words into both planes, no decoding
     [[unroll]] for (uint i = 0u; i < 16u; ++i) {
-        hw[i] = w[i % (4u * QV)] ^ pd[j];
+        hw[i] = w[i % (4u * QV)] ^ pd[k];
         lw[i] = w[(i + 1u) % (4u * QV)];
     }
 #else
 #ifdef COOP_EMULATE
-    float d = unpackHalf2x16(pd[j]).x;
+    float d = unpackHalf2x16(pd[k]).x;
 #elif !defined(QT_Q6_K) && !defined(QT_Q4_K)
-    f16vec2 d = f16vec2(unpackFloat2x16(pd[j]).x);
+    f16vec2 d = f16vec2(unpackFloat2x16(pd[k]).x);
 #endif
 #if defined(QT_Q4_K)
     // word i (bytes 4i..4i+3: elements 4i..4i+3 in the nibble at 4 (u & 1)); slots as Q8_0's
-    vec2 dd = unpackHalf2x16(pd[j]);
+    vec2 dd = unpackHalf2x16(pd[k]);
 #ifdef COOP_EMULATE
-    float dsf = dd.x * float(pg[j] & 0xFFu);
+    float dsf = dd.x * float(pg[k] & 0xFFu);
 #else
     f16vec2 ds_hi, ds_lo;
-    split_scale(unpackFloat2x16(pd[j]).x, float16_t(pg[j] & 0xFFu), ds_hi, ds_lo);
+    split_scale(unpackFloat2x16(pd[k]).x, float16_t(pg[k] & 0xFFu), ds_hi, ds_lo);
 #endif
-    uint ls = 4u * (pg[j] >> 16u);
+    uint ls = 4u * (pg[k] >> 16u);
     [[unroll]] for (uint i = 0u; i < 8u; ++i) {
         uint q4 = (w[i] >> ls) & 0x0F0F0F0Fu;
         [[unroll]] for (uint t = 0u; t < 2u; ++t) {
@@ -290,25 +295,25 @@ void stash_pair(uint j, uint at, uint r, uint u) {
             lw[2u * i + t] = hl.y;
         }
     }
-    if (pb[j] != 0xFFFFFFFFu) {  // the mins' part: dmin * m * S[v][unit]
-        float dm = dd.y * float((pg[j] >> 8u) & 0xFFu);
+    if (pb[k] != 0xFFFFFFFFu) {  // the mins' part: dmin * m * S[v][unit]
+        float dm = dd.y * float((pg[k] >> 8u) & 0xFFu);
         uint sums = 4u * (2u * NT * 8u * pc.kp8 + 4u * NT);  // float index of S
         [[unroll]] for (uint v = 0u; v < NV; ++v) {
-            uint f = sums + v * (pc.kp8 >> 2u) + pb[j];
+            uint f = sums + v * (pc.kp8 >> 2u) + pb[k];
             pmin[j * NV + v] = fma(dm, uintBitsToFloat(xb[f >> 2u][f & 3u]), pmin[j * NV + v]);
         }
     }
 #elif defined(QT_Q6_K)
     // word i: ql bytes 4i..4i+3 (elements 4i..4i+3 in the nibble at 4 (g >> 1)), qh bytes (bits 2 g);
     // slots as Q8_0's; elements 0..15 take the first sub-block scale, 16..31 the second
-    uint ls = 4u * (pg[j] >> 1u);
-    uint hs = 2u * pg[j];
+    uint ls = 4u * (pg[k] >> 1u);
+    uint hs = 2u * pg[k];
     [[unroll]] for (uint half_ = 0u; half_ < 2u; ++half_) {
 #ifdef COOP_EMULATE
-        float ds = unpackHalf2x16(pd[j]).x * float(bitfieldExtract(int(pd[j]), 16 + 8 * int(half_), 8));
+        float ds = unpackHalf2x16(pd[k]).x * float(bitfieldExtract(int(pd[k]), 16 + 8 * int(half_), 8));
 #else
         f16vec2 ds_hi, ds_lo;
-        split_scale(unpackFloat2x16(pd[j]).x, float16_t(bitfieldExtract(int(pd[j]), 16 + 8 * int(half_), 8)),
+        split_scale(unpackFloat2x16(pd[k]).x, float16_t(bitfieldExtract(int(pd[k]), 16 + 8 * int(half_), 8)),
                     ds_hi, ds_lo);
 #endif
         [[unroll]] for (uint i = 4u * half_; i < 4u * half_ + 4u; ++i) {
@@ -362,17 +367,17 @@ void stash_pair(uint j, uint at, uint r, uint u) {
     }
 }
 
-void stash(uint stage, uint lid) {
+void stash(uint set, uint stage, uint lid) {
     [[unroll]] for (uint j = 0u; j < BL; ++j) {
         uint e = lid + j * WG;
         if (e < NT * 16u * 4u * U) {
-            smem[stage * STAGE + 2u * PLANE + (e / (4u * U)) * BPITCH + e % (4u * U)] = pbx[j];
+            smem[stage * STAGE + 2u * PLANE + (e / (4u * U)) * BPITCH + e % (4u * U)] = pbx[set * BLS + j];
         }
     }
     [[unroll]] for (uint j = 0u; j < PL; ++j) {
         uint p = lid + j * WG;
         if (p < PAIRS) {
-            stash_pair(j, stage * STAGE, p / U, p % U);
+            stash_pair(set * PL + j, j, stage * STAGE, p / U, p % U);
         }
     }
 }
@@ -445,6 +450,47 @@ void emu_store_shared(Acc a, uint at) {
 #define STORE_SHARED(a, at) coopMatStore(a, smem, at, 4u, gl_CooperativeMatrixLayoutRowMajor)
 #endif
 
+// step S of a workgroup's split: multiply the stage (MULTIPLY), with step S + DEPTH's loads into register
+// set FSET going out first and step S + 1's set SSET decoded into the next stage after; barriers are
+// in uniform control flow (S and steps are the workgroup's)
+#ifndef CUT_DOTS
+#define MULTIPLY(STAGE_, S) { \
+    uint abase = (STAGE_) * STAGE + sg * 16u * APITCH; \
+    uint bbase = (STAGE_) * STAGE + 2u * PLANE; \
+    uint k0 = 32u * (blk0 + (S) * U); \
+    [[unroll]] for (uint kk = 0u; kk < 2u * U; ++kk) { \
+        LOAD_A(fh, abase + 2u * kk); \
+        LOAD_A(fl, abase + PLANE + 2u * kk); \
+        [[unroll]] for (uint t = 0u; t < NT; ++t) { \
+            if (BSH == 1u) { \
+                LOAD_B_SH(fb, bbase + 16u * t * BPITCH + 2u * kk); \
+            } else { \
+                LOAD_B(fb, 16u * t * pc.kp8 + ((k0 + 16u * kk) >> 3u)); \
+            } \
+            acc[t] = MULADD(fh, fb, acc[t]); \
+            acc[t] = MULADD(fl, fb, acc[t]); \
+        } \
+    } }
+#else  // probe twin (--cut dots): no matrix loads or products; a read of the stage keeps its stores live
+#define MULTIPLY(STAGE_, S) { \
+    uint abase = (STAGE_) * STAGE + sg * 16u * APITCH; \
+    uint bbase = (STAGE_) * STAGE + 2u * PLANE; \
+    sink += smem[abase + lid % (16u * APITCH)].x + (BSH == 1u ? smem[bbase + lid % max(BPLANE, 1u)].y : 0u); }
+#endif
+#define STEP(S, FSET, SSET) { \
+    uint stage_ = STAGES == 2u ? (S) & 1u : 0u; \
+    if ((S) + DEPTH < steps) { \
+        fetch(FSET, row0, blk0 + ((S) + DEPTH) * U, blk_end, nb, lid); \
+    } \
+    MULTIPLY(stage_, S) \
+    if ((S) + 1u < steps) { \
+        if (STAGES == 1u) { \
+            barrier(); \
+        } \
+        stash(SSET, STAGES == 2u ? stage_ ^ 1u : 0u, lid); \
+    } \
+    barrier(); }
+
 void main() {
     uint lid = gl_LocalInvocationID.x;
     uint sg = gl_SubgroupID;
@@ -471,43 +517,21 @@ void main() {
 #endif
 
     if (steps > 0u) {
-        fetch(row0, blk0, blk_end, nb, lid);
-        stash(0u, lid);
+        fetch(0u, row0, blk0, blk_end, nb, lid);
+        stash(0u, 0u, lid);
+    }
+    if (DEPTH == 2u && steps > 1u) {
+        fetch(1u % DEPTH, row0, blk0 + U, blk_end, nb, lid);
     }
     barrier();
-    for (uint s = 0u; s < steps; ++s) {
-        uint stage = STAGES == 2u ? s & 1u : 0u;
-        bool more = s + 1u < steps;
-        if (more) {
-            fetch(row0, blk0 + (s + 1u) * U, blk_end, nb, lid);
+    // step s: set s % DEPTH is free (its step went into the stage), so it takes step s + DEPTH's loads
+    // before the stage is multiplied; then step s + 1's set goes into the next stage.  Unrolled by
+    // DEPTH so that every register set is named by a constant.
+    for (uint s = 0u; s < steps; s += DEPTH) {
+        STEP(s, 0u, 1u % DEPTH)
+        if (DEPTH == 2u && s + 1u < steps) {
+            STEP(s + 1u, 1u % DEPTH, 0u)
         }
-        uint abase = stage * STAGE + sg * 16u * APITCH;
-        uint bbase = stage * STAGE + 2u * PLANE;
-        uint k0 = 32u * (blk0 + s * U);  // B row of the step's first slot
-#ifndef CUT_DOTS  // probe twin (--cut dots): no matrix loads or products
-        [[unroll]] for (uint kk = 0u; kk < 2u * U; ++kk) {
-            LOAD_A(fh, abase + 2u * kk);
-            LOAD_A(fl, abase + PLANE + 2u * kk);
-            [[unroll]] for (uint t = 0u; t < NT; ++t) {
-                if (BSH == 1u) {
-                    LOAD_B_SH(fb, bbase + 16u * t * BPITCH + 2u * kk);
-                } else {
-                    LOAD_B(fb, 16u * t * pc.kp8 + ((k0 + 16u * kk) >> 3u));
-                }
-                acc[t] = MULADD(fh, fb, acc[t]);
-                acc[t] = MULADD(fl, fb, acc[t]);
-            }
-        }
-#else
-        sink += smem[abase + lid % (16u * APITCH)].x + (BSH == 1u ? smem[bbase + lid % max(BPLANE, 1u)].y : 0u);  // keeps the stores live
-#endif
-        if (more) {
-            if (STAGES == 1u) {
-                barrier();  // every subgroup has read the stage (more is uniform)
-            }
-            stash(STAGES == 2u ? stage ^ 1u : 0u, lid);
-        }
-        barrier();
     }
     // the loop ends on a barrier: smem is free for the accumulators
     uint at = sg * NT * 64u;

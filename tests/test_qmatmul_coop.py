@@ -62,7 +62,8 @@ def _check(out: np.ndarray, ref: np.ndarray, n_rows: int, n_vecs: int, what: str
 
 # n_rows, n_cols, n_vecs, knobs: rows that end a block part way, one and several splits (the last one
 # short), odd counts of blocks per step, a vector count that needs a second column tile; B loaded
-# from global memory (coop_bshared off) with one and two column tiles; two stages (coop_stages)
+# from global memory (coop_bshared off) with one and two column tiles; two stages (coop_stages); loads
+# two steps ahead (coop_depth) over odd, even and single steps
 CASES = [
     (17, 256, 3, ()),
     (64, 512, 8, (("coop_splits", 3),)),
@@ -72,6 +73,9 @@ CASES = [
     (17, 256, 3, (("coop_bshared", False),)),
     (33, 1024, 9, (("coop_splits", 2), ("coop_unroll", 3), ("coop_bshared", False), ("coop_stages", 2))),
     (40, 768, 3, (("coop_stages", 2), ("coop_unroll", 2))),
+    (24, 1280, 2, (("coop_depth", 2), ("coop_splits", 2))),
+    (17, 256, 4, (("coop_depth", 2), ("coop_stages", 2), ("coop_unroll", 1), ("coop_bshared", False))),
+    (16, 256, 1, (("coop_depth", 2), ("coop_splits", 2))),
 ]
 
 
@@ -119,6 +123,7 @@ def test_coop_batch_gives_zeros_for_zero_x_and_keeps_vectors_apart():
     ({"coop": True, "coop_bshared": 1}, "coop_bshared must be True or False"),
     ({"coop_bshared": True}, "coop_bshared is a choice of coop=True"),
     ({"coop": True, "coop_stages": 3}, "coop_stages must be 1 or 2"),
+    ({"coop": True, "coop_depth": True}, "coop_depth must be 1 or 2"),
 ])
 def test_coop_knobs_are_checked(knobs, message):
     be = _backend((("coop", True),))

@@ -972,7 +972,7 @@ class KernelPolicy:
         cfg = dict(config or {}, **knobs)
         unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot", "xq",
                               "layout", "unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk",
-                              "coop", "coop_subgroups", "coop_unroll", "coop_splits", "coop_bshared", "coop_stages"}
+                              "coop", "coop_subgroups", "coop_unroll", "coop_splits", "coop_bshared", "coop_stages", "coop_depth"}
         if unknown:
             raise ValueError(f"qmatvec config: unknown keys {sorted(unknown)}")
         if cfg.get("kernel", "auto") not in ("auto", "fast", "generic"):
@@ -1029,9 +1029,10 @@ class KernelPolicy:
             raise ValueError(f"qmatvec config: coop must be True or False, got {cfg['coop']!r}")
         if cfg.get("coop_bshared") is not None and not isinstance(cfg["coop_bshared"], bool):
             raise ValueError(f"qmatvec config: coop_bshared must be True or False, got {cfg['coop_bshared']!r}")
-        if cfg.get("coop_stages") is not None and (isinstance(cfg["coop_stages"], bool) or cfg["coop_stages"] not in (1, 2)):
-            raise ValueError(f"qmatvec config: coop_stages must be 1 or 2, got {cfg['coop_stages']!r}")
-        for key in ("coop_subgroups", "coop_unroll", "coop_splits", "coop_bshared", "coop_stages"):
+        for key in ("coop_stages", "coop_depth"):
+            if cfg.get(key) is not None and (isinstance(cfg[key], bool) or cfg[key] not in (1, 2)):
+                raise ValueError(f"qmatvec config: {key} must be 1 or 2, got {cfg[key]!r}")
+        for key in ("coop_subgroups", "coop_unroll", "coop_splits", "coop_bshared", "coop_stages", "coop_depth"):
             if cfg.get(key) is not None and not cfg.get("coop"):
                 raise ValueError(f"qmatvec config: {key} is a choice of coop=True")
         for key in ("lanes", "rows", "teams", "chunk", "tile_kib", "unroll", "groups", "x_chunk",
@@ -1299,6 +1300,9 @@ class KernelPolicy:
     #: shared-memory stages: 2 (the next step decoded while this one is multiplied, one barrier a step)
     #: or 1 (half the memory, so longer steps fit; two barriers a step) (the ``coop_stages`` knob)
     QMATMUL_COOP_STAGES = 1
+    #: steps whose weight loads are in flight at once: 1 (the next step's, issued before this one is
+    #: multiplied) or 2 (two register sets; the ``coop_depth`` knob, not yet timed on a GPU)
+    QMATMUL_COOP_DEPTH = 1
     #: splits along the rows until the grid has this many workgroups per compute unit (64 workgroups
     #: per unit's worth where the device does not say how many units it has), each split at least
     #: QMATMUL_COOP_MIN_STEPS steps long
@@ -1339,6 +1343,7 @@ class KernelPolicy:
         tiles = _ceil_div(2 * n_vecs, 16)
         bshared = bool(cfg.get("coop_bshared", self.QMATMUL_COOP_B_SHARED))
         stages = int(cfg.get("coop_stages") or self.QMATMUL_COOP_STAGES)
+        depth = int(cfg.get("coop_depth") or self.QMATMUL_COOP_DEPTH)
 
         def shared_bytes(nsg: int, unroll: int) -> int:
             """Bytes: the stages of hi and lo planes (and B's slice), or the C tiles and Q4_K's mins."""
@@ -1375,8 +1380,8 @@ class KernelPolicy:
         name = QMATVEC_DTYPES[dtype]
         io_wg = min(256, self.wg)
         return QMatmulCoopPlan(
-            main=Kernel(f"qmatmul_coop.{name}.{variant}.spv", (wg, nsg, unroll, tiles, n_vecs, int(bshared), stages),
-                        PUSH_QMATMUL_COOP),
+            main=Kernel(f"qmatmul_coop.{name}.{variant}.spv",
+                        (wg, nsg, unroll, tiles, n_vecs, int(bshared), stages, depth), PUSH_QMATMUL_COOP),
             prep=Kernel("qmatmul_coop_io.x.spv", (io_wg, 1 if dtype == DType.Q4_0 else 0, int(dtype == DType.Q4_K)),
                         PUSH_QMATMUL_COOP_X),
             sum=Kernel("qmatmul_coop_io.sum.spv", (self.wg, 0), PUSH_QMATMUL_COOP_SUM),
