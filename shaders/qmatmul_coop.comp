@@ -41,11 +41,10 @@
 // and scales of BM x U (row, block) pairs into registers (the next step's loads go out before the
 // current step is multiplied), decode them into the A planes of a shared-memory stage (two stages,
 // one barrier a step; STAGES 1: one stage, two barriers a step, room for longer steps; DEPTH 2: two
-// register sets, so each step's loads go out two steps before it is decoded), and each
-// subgroup multiplies its 16 rows: 2 U k-slices of 16, two coopMatMulAdd (hi, lo planes) per slice
-// and column tile, B read from global memory (L1/L2), or with
-// BSH from the stage, where the step's B rows were put beside A (each invocation loads and stores
-// its share of them with the quants).
+// register sets, so each step's loads go out two steps before it is decoded), and each subgroup
+// multiplies its 16 rows: 2 U k-slices of 16, two coopMatMulAdd (hi, lo planes) per slice and column
+// tile, B read from global memory (L1/L2), or with BSH from the stage, where the step's B rows were
+// put beside A (each invocation loads and stores its share of them with the quants).
 // A decoded row holds a block's 32 weights in decoding order (a permutation within the block that
 // qmatmul_coop_io.comp's x variant applies to x too: its PERM).  With one split the workgroup
 // writes y; with several, a partial sum per split at (split * NV + v) * n_rows + row, added by the
@@ -98,7 +97,7 @@ const uint WG = gl_WorkGroupSize.x;
 const uint BM = 16u * NSG;
 const uint APITCH = 4u * U + 1u;             // uvec4 per A row of a step (one of padding)
 const uint PLANE = BM * APITCH;
-const uint BPITCH = 4u * U + 1u;             // uvec4 per B column of a step (BSH)
+const uint BPITCH = APITCH;                  // uvec4 per B column of a step (BSH): as long as an A row
 const uint BPLANE = BSH * NT * 16u * BPITCH;  // a step's B columns (BSH)
 const uint STAGE = 2u * PLANE + BPLANE;      // hi and lo planes, then B
 const uint BL = BSH * (NT * 16u * 4u * U + WG - 1u) / WG;  // B uvec4 per invocation a step

@@ -87,7 +87,8 @@ class Kernel:
     spv: str
     spec: tuple[int, ...]
     push: np.dtype
-    #: SPIR-V compiled elsewhere (a probe's ablated twin), used instead of the shipped ``spv``
+    #: SPIR-V from elsewhere (a probe's ablated twin, a declared foreign kernel), used instead of the
+    #: shipped ``spv``
     code: bytes | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def spirv(self) -> bytes:
