@@ -21,7 +21,7 @@
 #         beside torch, then quantized (carry as round3); about 7 minutes
 # coop: batches of 2, 4, 8 vectors on cooperative matrices (the coop knob; knob sets in $COOP_KNOBS) beside the
 #       automatic packed kernel and torch's fp16 mm, after the kernel's tests on the device's real matrices; then
-#       at 8 vectors of Q4_0 its ablated twins ($COOP_CUTS: no weight reads, no decoding, no products), compiled
+#       at 8 vectors of Q4_0 its timeline and ablated twins ($COOP_CUTS: workgroups resident at once and a step's time; no weight reads, no decoding, no products), compiled
 #       on the device by a glslang >= 13 copied to .gl/glslang (with this machine's libstdc++.so.6 in .gl/lib/
 #       for a device whose own is older), and the knob sets
 # kquants: one vector of Q4_K and Q6_K (the ggml gaps of round 5) under the GGUF kernels, packed and fp32-decoding
@@ -125,10 +125,10 @@ elif [ "$what" = coop ]; then
     export KBENCH_GLSLANG=$PWD/.gl/glslang
     "$KBENCH_GLSLANG" --version > /dev/null 2>&1 || export LD_LIBRARY_PATH=$PWD/.gl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   fi
-  echo "# knobs: coop=true, cuts: ${COOP_CUTS-loads decode dots}" >> "$out/probe_coop.log"
+  echo "# knobs: coop=true, cuts: ${COOP_CUTS-timeline loads decode dots}" >> "$out/probe_coop.log"
   # shellcheck disable=SC2086
   CUDA_VISIBLE_DEVICES= timeout ${KNOB_S:-45} python3 -m kbench.probes qmatvec --stats --repeats 3 --dtypes Q4_0 \
-    --vecs 8 --knobs coop=true --cut ${COOP_CUTS-loads decode dots} >> "$out/probe_coop.log" 2>&1
+    --vecs 8 --knobs coop=true --cut ${COOP_CUTS-timeline loads decode dots} >> "$out/probe_coop.log" 2>    --vecs 8 --knobs coop=true --cut ${COOP_CUTS-loads decode dots} >> "$out/probe_coop.log" 2>&11
   IFS=';' read -ra sets <<< "${COOP_KNOBS-coop=true coop_depth=2;coop=true coop_depth=2 coop_subgroups=2;coop=true coop_bshared=false;coop=true coop_stages=2 coop_unroll=2;coop=true coop_splits=1}"
   for set in "${sets[@]}"; do
     echo "# knobs: $set" >> "$out/probe_coop.log"

@@ -1,6 +1,10 @@
 #version 450
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_KHR_shader_subgroup_basic : require
+#ifdef TIMELINE
+#extension GL_ARB_shader_clock : require
+#extension GL_EXT_shader_realtime_clock : require
+#endif
 #ifndef COOP_EMULATE
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_cooperative_matrix : require
@@ -51,7 +55,10 @@
 // io shader's sum variant.
 //
 // CUT_LOADS, CUT_DECODE and CUT_DOTS make the probe's ablated twins (kbench probe qmatvec --cut):
-// no weight reads, no decoding, no matrix products; their results are not checked.
+// no weight reads, no decoding, no matrix products; their results are not checked.  TIMELINE makes
+// the timeline twin (--cut timeline, kbench/probes/timeline.py): the full kernel, whose results give
+// way to a record per workgroup at y[4 w ..] (w = its linear index): the device clock's low word at
+// its start and at the end of its steps, the subgroup clock's ticks in between, and its steps.
 //
 // The emulated variant (COOP_EMULATE) does the cooperative-matrix operations and the decoding in
 // plain fp32 code with the same memory layout, so that the staging, edges, splits and epilogue are
@@ -491,6 +498,10 @@ void emu_store_shared(Acc a, uint at) {
     barrier(); }
 
 void main() {
+#ifdef TIMELINE
+    uvec2 t_start = clockRealtime2x32EXT();
+    uvec2 c_start = clock2x32ARB();
+#endif
     uint lid = gl_LocalInvocationID.x;
     uint sg = gl_SubgroupID;
     uint row0 = gl_WorkGroupID.x * BM;
@@ -532,6 +543,17 @@ void main() {
             STEP(s + 1u, 1u % DEPTH, 0u)
         }
     }
+#ifdef TIMELINE
+    if (lid == 0u) {
+        uvec2 t_end = clockRealtime2x32EXT();
+        uvec2 c_end = clock2x32ARB();
+        uint w = 4u * (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x);
+        y[w] = uintBitsToFloat(t_start.x);
+        y[w + 1u] = uintBitsToFloat(t_end.x);
+        y[w + 2u] = uintBitsToFloat(c_end.x - c_start.x);
+        y[w + 3u] = uintBitsToFloat(steps);
+    }
+#endif
     // the loop ends on a barrier: smem is free for the accumulators
     uint at = sg * NT * 64u;
     [[unroll]] for (uint t = 0u; t < NT; ++t) {
@@ -576,7 +598,13 @@ void main() {
 #ifdef CUT_DOTS
             yv += sink == 0x7FFFFFFFu ? 1.0 : 0.0;
 #endif
+#ifdef TIMELINE
+            if (floatBitsToUint(yv) == 0x7F7FFFFEu) {  // (never) keeps the products live, records intact
+                y[out0 + v * pc.n_rows + row] = yv;
+            }
+#else
             y[out0 + v * pc.n_rows + row] = yv;
+#endif
         }
     }
 }

@@ -185,3 +185,53 @@ def test_coop_probe_twins_are_compiled_from_the_cut_defines_and_run():
         restore_kernel(be)
     assert pol.qmatmul_coop(DType.Q4_0, 256, 32, 2) == plan, "restore_kernel left a twin in place"
     assert len(codes) == 4, "a cut twin compiled to the shipped SPIR-V or to another twin's: the defines did nothing"
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+def test_coop_timeline_twin_records_each_workgroup_its_clocks_and_steps(splits):
+    """kbench probe qmatvec --cut timeline: the twin runs the whole kernel and leaves, per workgroup,
+    its start and end on the device clock (the end not before the start, all within the call) and the
+    steps its split took, in y (one split) or the splits' scratch; the probe's summary reads them."""
+    from kbench.probes import timeline
+    from kbench.probes.qmatvec import coop_timeline, cut_kernel, restore_kernel
+    from kbench.shaders.build import CompilerTooOld
+
+    be = _backend((("coop", True), ("coop_splits", splits), ("coop_unroll", 2)))
+    why = timeline.unsupported(be.device_properties["features"])
+    if why:
+        pytest.skip(why)
+    n_rows, n_cols, nv = 40, 1024, 2
+    plan = be._policy.qmatmul_coop(DType.Q4_0, n_cols, n_rows, nv)
+    assert plan.splits == splits
+    try:
+        try:
+            cut_kernel(be, plan.main, ("timeline",), plan)
+        except CompilerTooOld as exc:
+            pytest.skip(f"the twins are compiled here: {exc}")
+        raw, x, _ = batch_problem(DType.Q4_0, n_rows, n_cols, nv, seed=5)
+        hw, hx, hy = be.allocate(len(raw)), be.allocate(x.nbytes), be.allocate(4 * nv * n_rows)
+        be.copy_to_device(raw, hw)
+        be.copy_to_device(x.tobytes(), hx)
+        be.quantized_matmul(hw, hx, hy, n_rows, n_cols, DType.Q4_0, n_vecs=nv)
+        be.synchronize()
+        line = coop_timeline(be, plan, hy, n_rows)
+        groups = plan.grid(n_rows)
+        n = groups[0] * groups[1]
+        if splits == 1:
+            words = bytearray(16 * n)
+            be.copy_from_device(hy, words)
+        else:
+            key, size = be._scratch_bufs["qmatmul_coop_part"]
+            words = bytearray(16 * n)
+            from kbench.backend.base import BufferHandle
+            be._copy_from_device(BufferHandle(key, size), memoryview(words))
+        t = timeline.parse(np.frombuffer(bytes(words), np.uint32), n)
+        for h in (hw, hx, hy):
+            be.free(h)
+    finally:
+        restore_kernel(be)
+    nb = n_cols // 32
+    want = [min(plan.bps, nb - s * plan.bps) // 2 for s in range(plan.splits) for _ in range(groups[0])]
+    assert t.steps.tolist() == want, f"steps per workgroup: expected {want}, got {t.steps.tolist()}"
+    assert (t.end_ns >= t.start_ns).all() and t.end_ns.max() < 10e9, f"implausible times: {t}"
+    assert line.startswith(f"{n} workgroups over "), f"summary does not count {n} workgroups: {line}"

@@ -40,7 +40,9 @@ before it), quads (CUT_QUADS: a lane per block of x instead of the 4 lanes of a 
 (CUT_HALVING: a team's sums reduced by a butterfly of every sum, not by halving), all of the subgroup
 variants.  With --vecs, --cut PARTS.. times the same twins of each batch's packed kernel, or of the
 cooperative-matrix kernel under --knobs coop=true (shaders/qmatmul_coop.comp: loads, decode (the quant
-words stored undecoded), dots (no matrix loads or products)).  --stats
+words stored undecoded), dots (no matrix loads or products), timeline (nothing taken out: each workgroup's
+start, end and steps on the device's clocks replace the results; a line says how many were resident at
+once and what a step took, kbench/probes/timeline.py)).  --stats
 adds the driver's statistics
 of every variant's pipeline (registers per invocation on NVIDIA) where the device reports them.
 """
@@ -57,6 +59,7 @@ import numpy as np
 
 
 from kbench.backend import VulkanBackend
+from kbench.probes import timeline
 from kbench.backend.kernels import QMATVEC_PACKED_DTYPES, KernelPolicy
 from kbench.runtime import UnsupportedFeatureError
 from kbench.quant import DType, dequantize, quantize, row_bytes
@@ -208,14 +211,15 @@ def raw_kernel(be, kernel, kind="loads"):
 
 #: what a cut: variant may take out of the packed kernel, and the define that does it
 CUTS = {"x": "CUT_X", "loads": "CUT_LOADS", "dots": "CUT_DOTS", "xfirst": "CUT_X_FIRST", "quads": "CUT_QUADS",
-        "halving": "CUT_HALVING", "decode": "CUT_DECODE"}
+        "halving": "CUT_HALVING", "decode": "CUT_DECODE", "timeline": "TIMELINE"}
 #: cuts that keep the product exact (only who loads x, and when, changes): their NMSE is checked
 EXACT_CUTS = {"xfirst", "quads", "halving"}
 
 
 #: the cuts qmatmul_coop.comp's twins take (shaders/qmatmul_coop.comp): no weight reads, no decoding,
-#: no matrix products
-COOP_CUTS = {"loads", "decode", "dots"}
+#: no matrix products; "timeline" takes nothing out: its workgroups' clocks replace the results
+#: (kbench/probes/timeline.py)
+COOP_CUTS = {"loads", "decode", "dots", "timeline"}
 
 
 def cut_applies(kernel, cut, coop=False) -> bool:
@@ -254,15 +258,39 @@ def cut_kernel(be, kernel, cut, coop=None):
     return ablated
 
 
+def coop_timeline(be, plan, hy, n_rows: int) -> str:
+    """The summary of the records the cooperative-matrix kernel's timeline twin left in its output:
+    y where it has one split, else the scratch of the splits' partial sums (the last call's)."""
+    from kbench.backend.base import BufferHandle
+
+    groups = plan.grid(n_rows)
+    n = groups[0] * groups[1]
+    if plan.splits == 1:
+        buf = hy
+    else:
+        key, size = be._scratch_bufs["qmatmul_coop_part"]
+        buf = BufferHandle(key, size)
+    raw = bytearray(16 * n)
+    be._copy_from_device(buf, memoryview(raw))
+    cu = be._policy.compute_units
+    return timeline.summarize(timeline.parse(np.frombuffer(bytes(raw), np.uint32), n), cu["count"] if cu else None)
+
+
 def register_column(be, kernel) -> str:
-    """The driver's register count per invocation of ``kernel``'s pipeline ("-" where the device
-    reports no statistics or none by that name)."""
+    """The driver's register count per invocation of ``kernel``'s pipeline, with +L and the bytes of
+    local memory where it has any (spills, arrays indexed at run time); "-" where the device reports
+    no statistics or none by those names."""
     try:
         execs = be.manager.pipeline_statistics(kernel.spirv(), np.asarray(kernel.spec, np.uint32))
     except UnsupportedFeatureError:
         return "-"
-    regs = [v for e in execs for k, v in e.statistics.items() if "register" in k.lower()]
-    return "/".join(str(r) for r in regs) or "-"
+    cols = []
+    for e in execs:
+        regs = [str(v) for k, v in e.statistics.items() if "register" in k.lower()]
+        # spilled or indexed arrays: local memory per invocation (NVIDIA 580 sets bit 36: the low 32 bits are bytes)
+        local = [v & 0xFFFFFFFF for k, v in e.statistics.items() if "local memory" in k.lower() and not isinstance(v, float)]
+        cols.append("/".join(regs) + "".join(f"+L{b}" for b in local if b))
+    return "/".join(c for c in cols if c) or "-"
 
 
 def restore_kernel(be):
@@ -407,6 +435,10 @@ def batches(args, shapes, dtypes, rng) -> int:
                     if cut:
                         if not cut_applies(kernel, cut, coop=coop is not None):
                             continue
+                        why = timeline.unsupported(be.device_properties["features"]) if "timeline" in cut else ""
+                        if why:
+                            print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} {nv:>4} cut:{'+'.join(cut)}: skipped: {why}")
+                            continue
                         kernel = cut_kernel(be, kernel, cut, coop)
                         name = f"cut:{'+'.join(cut)} {name}"
                     x = rng.uniform(-1, 1, (nv, n_cols)).astype(np.float32)
@@ -426,6 +458,8 @@ def batches(args, shapes, dtypes, rng) -> int:
                     print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} {nv:>4} {name:34} {ns / 1e3:8.2f} "
                           f"{len(data) / ns * 1e-3:6.3f} {err:9.2e} {timer}{regs}"
                           + ("" if checked else " (cut)"), flush=True)
+                    if "timeline" in cut:
+                        print("      timeline: " + coop_timeline(be, coop, hy, n_rows), flush=True)
                     be.free(hx), be.free(hy)
                 restore_kernel(be)
                 be._policy.configure_qmatvec({})

@@ -49,6 +49,8 @@ COOPMAT2_EXT = "VK_NV_cooperative_matrix2"
 BFLOAT16_EXT = "VK_KHR_shader_bfloat16"
 #: per-pipeline statistics of the driver's compiled code (registers, spills, ...): Manager.pipeline_statistics
 PIPELINE_EXEC_EXT = "VK_KHR_pipeline_executable_properties"
+#: shader clocks (clockARB per subgroup, clockRealtimeEXT across the device): kernels' own timelines (probes)
+CLOCK_EXT = "VK_KHR_shader_clock"
 VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
 
 _COMPONENT_TYPES = {0: "f16", 1: "f32", 2: "f64", 3: "s8", 4: "s16", 5: "s32", 6: "s64", 7: "u8",
@@ -292,6 +294,10 @@ def query_features(pd, api_version: int, extensions: set[str]) -> tuple[dict[str
     if PIPELINE_EXEC_EXT in extensions:
         pipeline_exec = vk.VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR(pNext=head)
         head = pipeline_exec
+    clock = None
+    if CLOCK_EXT in extensions:
+        clock = vk.VkPhysicalDeviceShaderClockFeaturesKHR(pNext=head)
+        head = clock
     f2 = vk.VkPhysicalDeviceFeatures2(pNext=head)
     vk.vkGetPhysicalDeviceFeatures2(pd, f2)
     base = f2.features
@@ -315,12 +321,14 @@ def query_features(pd, api_version: int, extensions: set[str]) -> tuple[dict[str
         "maintenance4": bool(f13.maintenance4) if f13 is not None else False,
         "cooperative_matrix": bool(coop.cooperativeMatrix) if coop is not None else False,
         "pipeline_executable_info": bool(pipeline_exec.pipelineExecutableInfo) if pipeline_exec is not None else False,
+        "shader_subgroup_clock": bool(clock.shaderSubgroupClock) if clock is not None else False,
+        "shader_device_clock": bool(clock.shaderDeviceClock) if clock is not None else False,
     }
     for raw, table in ((coop2, COOPMAT2_FEATURES), (bf16, BFLOAT16_FEATURES)):
         for member, key in table.items():
             feats[key] = bool(raw[member]) if raw is not None else False
     return feats, {"base": base, "f11": f11, "f12": f12, "f13": f13, "coop": coop, "coop2": coop2, "bf16": bf16,
-                   "pipeline_exec": pipeline_exec}
+                   "pipeline_exec": pipeline_exec, "clock": clock}
 
 
 def cooperative_matrix_properties(instance, pd, extensions: set[str]) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from . import _vk, validation as _validation
 from ._vk import lib, vk
 from .algorithm import Algorithm, Pipeline, check_device_support, reflect_compute, specialize, spirv_target_env
 from .descriptors import DescriptorAllocator
-from .device import (BFLOAT16_EXT, BFLOAT16_FEATURES, COOPMAT2_EXT, COOPMAT2_FEATURES, COOPMAT_EXT, PIPELINE_EXEC_EXT,
+from .device import (BFLOAT16_EXT, BFLOAT16_FEATURES, CLOCK_EXT, COOPMAT2_EXT, COOPMAT2_FEATURES, COOPMAT_EXT, PIPELINE_EXEC_EXT,
                      Instance, RawStruct, describe, device_extensions, query_features)
 from .errors import DeviceBusyError, DeviceLostError, OutOfDeviceMemoryError, UnsupportedFeatureError, ValidationError
 from .executables import ExecutableQueries, PipelineExecutable
@@ -471,8 +471,14 @@ class Manager:
         if (pipeline_exec is not None and pipeline_exec.pipelineExecutableInfo and PIPELINE_EXEC_EXT in available
                 and PIPELINE_EXEC_EXT not in exts):
             exts.append(PIPELINE_EXEC_EXT)
+        # shader clocks likewise: only shaders that read them (probes' timeline twins) pay anything
+        clock = supported["clock"]
+        if (clock is not None and (clock.shaderSubgroupClock or clock.shaderDeviceClock) and CLOCK_EXT in available
+                and CLOCK_EXT not in exts):
+            exts.append(CLOCK_EXT)
         self._enabled = self._feature_chain(supported, api, COOPMAT_EXT in exts,
-                                            COOPMAT2_EXT in exts, BFLOAT16_EXT in exts, PIPELINE_EXEC_EXT in exts)
+                                            COOPMAT2_EXT in exts, BFLOAT16_EXT in exts, PIPELINE_EXEC_EXT in exts,
+                                            CLOCK_EXT in exts)
         self._priorities = {fam: [1.0] * n for fam, n in counts.items()}
         qinfos = [vk.VkDeviceQueueCreateInfo(queueFamilyIndex=fam, queueCount=n, pQueuePriorities=self._priorities[fam])
                   for fam, n in counts.items()]
@@ -485,6 +491,7 @@ class Manager:
         # what an extension left off (validation, above) offers is not there for the shaders
         feats = self._props["features"]
         for ext, keys in ((COOPMAT_EXT, ["cooperative_matrix"]), (COOPMAT2_EXT, list(COOPMAT2_FEATURES.values())),
+                          (CLOCK_EXT, ["shader_subgroup_clock", "shader_device_clock"]),
                           (BFLOAT16_EXT, list(BFLOAT16_FEATURES.values()))):
             if ext not in exts:
                 feats.update({key: False for key in keys if key in feats})
@@ -504,7 +511,7 @@ class Manager:
             self._queues.append((q, fam, locks.setdefault((fam, idx), threading.Lock()), idx))
 
     def _feature_chain(self, supported: dict, api: int, coop: bool, coop2: bool = False,
-                       bf16: bool = False, pipeline_exec: bool = False) -> dict:
+                       bf16: bool = False, pipeline_exec: bool = False, clock: bool = False) -> dict:
         """Feature structs enabling every supported feature kbench's shaders may need."""
         base = vk.VkPhysicalDeviceFeatures(**{f: vk.VK_TRUE for f in _ENABLE["base"] if getattr(supported["base"], f)})
         out: dict[str, Any] = {"base": base, "head": None}
@@ -536,6 +543,13 @@ class Manager:
                                                                             pipelineExecutableInfo=vk.VK_TRUE)
             head = pe
         out["pipeline_exec"] = pe
+        ck = None
+        have = supported.get("clock")
+        if clock and have is not None:
+            ck = vk.VkPhysicalDeviceShaderClockFeaturesKHR(pNext=head, shaderSubgroupClock=have.shaderSubgroupClock,
+                                                           shaderDeviceClock=have.shaderDeviceClock)
+            head = ck
+        out["clock"] = ck
         f2 = vk.VkPhysicalDeviceFeatures2(pNext=head, features=base)
         out.update({"f11": f11, "f12": f12, "f13": f13, "coop": c, "f2": f2, "head": f2})
         return out

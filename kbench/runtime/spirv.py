@@ -90,6 +90,8 @@ CAPABILITY_FEATURES: dict[int, tuple[str, str]] = {
     5439: ("cooperative_matrix2_tensor_addressing", "VK_NV_cooperative_matrix2 cooperativeMatrixTensorAddressing"),
     5345: ("vulkan_memory_model", "vulkanMemoryModel"),
     5346: ("vulkan_memory_model_device_scope", "vulkanMemoryModelDeviceScope"),
+    # ShaderClockKHR: reads at device scope need shaderDeviceClock as well (kbench/probes/timeline.py asks)
+    5055: ("shader_subgroup_clock", "VK_KHR_shader_clock shaderSubgroupClock"),
     67: ("subgroup_clustered", "subgroup clustered operations"),
     68: ("subgroup_quad", "subgroup quad operations"),
 }
