@@ -21,9 +21,10 @@
 #         beside torch, then quantized (carry as round3); about 7 minutes
 # coop: batches of 2, 4, 8 vectors on cooperative matrices (the coop knob; knob sets in $COOP_KNOBS) beside the
 #       automatic packed kernel and torch's fp16 mm, after the kernel's tests on the device's real matrices; then
-#       at 8 vectors of Q4_0 its timeline and ablated twins ($COOP_CUTS: workgroups resident at once and a step's time; no weight reads, no decoding, no products), compiled
-#       on the device by a glslang >= 13 copied to .gl/glslang (with this machine's libstdc++.so.6 in .gl/lib/
-#       for a device whose own is older), and the knob sets
+#       at 8 vectors of Q4_0 its timeline twin (workgroups resident at once, a step's time) and ablated twins
+#       ($COOP_CUTS: no weight reads, no decoding, no products), compiled on the device by a glslang >= 13 copied
+#       to .gl/glslang (with this machine's libstdc++.so.6 in .gl/lib/ for a device whose own is older), and the
+#       knob sets
 # kquants: one vector of Q4_K and Q6_K (the ggml gaps of round 5) under the GGUF kernels, packed and fp32-decoding
 #          shapes beside the automatic kernel (ggml's Q4_K reads x as fp32 with 16 lanes a superblock, 2 rows a
 #          workgroup of one subgroup: fast:16:1:2 has that split, fast:32:2:1 and fast:64:2:1 are wider; where k > 4096
@@ -128,7 +129,7 @@ elif [ "$what" = coop ]; then
   echo "# knobs: coop=true, cuts: ${COOP_CUTS-timeline loads decode dots}" >> "$out/probe_coop.log"
   # shellcheck disable=SC2086
   CUDA_VISIBLE_DEVICES= timeout ${KNOB_S:-45} python3 -m kbench.probes qmatvec --stats --repeats 3 --dtypes Q4_0 \
-    --vecs 8 --knobs coop=true --cut ${COOP_CUTS-timeline loads decode dots} >> "$out/probe_coop.log" 2>    --vecs 8 --knobs coop=true --cut ${COOP_CUTS-loads decode dots} >> "$out/probe_coop.log" 2>&11
+    --vecs 8 --knobs coop=true --cut ${COOP_CUTS-timeline loads decode dots} >> "$out/probe_coop.log" 2>&1
   IFS=';' read -ra sets <<< "${COOP_KNOBS-coop=true coop_depth=2;coop=true coop_depth=2 coop_subgroups=2;coop=true coop_bshared=false;coop=true coop_stages=2 coop_unroll=2;coop=true coop_splits=1}"
   for set in "${sets[@]}"; do
     echo "# knobs: $set" >> "$out/probe_coop.log"
