@@ -24,7 +24,7 @@
 #       at 8 vectors of Q4_0 its timeline twin (workgroups resident at once, a step's time) and ablated twins
 #       ($COOP_CUTS: no weight reads, no decoding, no products), compiled on the device by a glslang >= 13 copied
 #       to .gl/glslang (with this machine's libstdc++.so.6 in .gl/lib/ for a device whose own is older), and the
-#       knob sets
+#       knob sets (each with the twins of $COOP_KNOB_CUTS, e.g. timeline)
 # kquants: one vector of Q4_K and Q6_K (the ggml gaps of round 5) under the GGUF kernels, packed and fp32-decoding
 #          shapes beside the automatic kernel (ggml's Q4_K reads x as fp32 with 16 lanes a superblock, 2 rows a
 #          workgroup of one subgroup: fast:16:1:2 has that split, fast:32:2:1 and fast:64:2:1 are wider; where k > 4096
@@ -135,7 +135,7 @@ elif [ "$what" = coop ]; then
     echo "# knobs: $set" >> "$out/probe_coop.log"
     # shellcheck disable=SC2086  # (no CUDA device: torch's figure is the first run's)
     CUDA_VISIBLE_DEVICES= timeout ${KNOB_S:-45} python3 -m kbench.probes qmatvec --stats --repeats 3 --dtypes Q4_0 \
-      --vecs 8 --knobs $set >> "$out/probe_coop.log" 2>&1
+      --vecs 8 --knobs $set ${COOP_KNOB_CUTS:+--cut $COOP_KNOB_CUTS} >> "$out/probe_coop.log" 2>&1
   done
   grep -v "^# warmed" "$out/probe_coop.log"
 elif [ "$what" = kquants ]; then
