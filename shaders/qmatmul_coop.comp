@@ -48,7 +48,9 @@
 // register sets, so each step's loads go out two steps before it is decoded), and each subgroup
 // multiplies its 16 rows: 2 U k-slices of 16, two coopMatMulAdd (hi, lo planes) per slice and column
 // tile, B read from global memory (L1/L2), or with BSH from the stage, where the step's B rows were
-// put beside A (each invocation loads and stores its share of them with the quants).
+// put beside A (each invocation loads and stores its share of them with the quants).  ACCS 2 or 4
+// gives each tile's products that many accumulators (hi and lo planes apart; 4: even and odd
+// k-slices apart too), added once at the end, so that a step's products are not one chain.
 // A decoded row holds a block's 32 weights in decoding order (a permutation within the block that
 // qmatmul_coop_io.comp's x variant applies to x too: its PERM).  With one split the workgroup
 // writes y; with several, a partial sum per split at (split * NV + v) * n_rows + row, added by the
@@ -74,6 +76,7 @@ layout(constant_id = 4) const uint NV = 8;   // vectors
 layout(constant_id = 5) const uint BSH = 0;  // 1: each step's slice of B staged in shared memory beside A
 layout(constant_id = 6) const uint STAGES = 2;  // 1: one stage, refilled after a second barrier (half the memory)
 layout(constant_id = 7) const uint DEPTH = 1;   // steps whose loads are in flight at once (register sets): 1 or 2
+layout(constant_id = 8) const uint ACCS = 1;    // accumulators per column tile: 1, 2 (hi and lo planes) or 4 (and even / odd k-slices)
 
 // a pair's quants: QV uvec4 (Q6_K: 32 bytes of ql, then 32 of qh)
 #if defined(QT_Q4_0)
@@ -430,6 +433,13 @@ Acc emu_muladd(uint fa, uint fb, Acc c) {
     return c;
 }
 
+Acc emu_add(Acc a, Acc b) {
+    for (uint j = 0u; j < 32u; ++j) {
+        a.v[j] += b.v[j];
+    }
+    return a;
+}
+
 void emu_store_shared(Acc a, uint at) {
     uint lane = gl_SubgroupInvocationID;
     for (uint j = 0u; j * gl_SubgroupSize < 256u; ++j) {
@@ -443,6 +453,7 @@ void emu_store_shared(Acc a, uint at) {
 #define LOAD_B(f, at) f = (at)
 #define LOAD_B_SH(f, at) f = (at)
 #define MULADD(x, y, z) emu_muladd(x, y, z)
+#define ACC_ADD(x, y) emu_add(x, y)
 #define STORE_SHARED(a, at) emu_store_shared(a, at)
 #else
 #define ACC_T coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
@@ -453,8 +464,13 @@ void emu_store_shared(Acc a, uint at) {
 #define LOAD_B(f, at) coopMatLoad(f, xb, at, pc.kp8, gl_CooperativeMatrixLayoutColumnMajor)
 #define LOAD_B_SH(f, at) coopMatLoad(f, smem, at, BPITCH, gl_CooperativeMatrixLayoutColumnMajor)
 #define MULADD(x, y, z) coopMatMulAdd(x, y, z)
+#define ACC_ADD(x, y) ((x) + (y))
 #define STORE_SHARED(a, at) coopMatStore(a, smem, at, 4u, gl_CooperativeMatrixLayoutRowMajor)
 #endif
+
+// the accumulator of column tile t taking plane p's products of k-slice kk: ACCS independent chains
+// per tile, so that consecutive products need not wait for each other
+#define ACC_AT(t, p, kk) ((t) * ACCS + (ACCS > 1u ? (p) : 0u) + (ACCS == 4u ? 2u * ((kk) & 1u) : 0u))
 
 // step S of a workgroup's split: multiply the stage (MULTIPLY), with step S + DEPTH's loads into register
 // set FSET going out first and step S + 1's set SSET decoded into the next stage after; barriers are
@@ -473,8 +489,8 @@ void emu_store_shared(Acc a, uint at) {
             } else { \
                 LOAD_B(fb, 16u * t * pc.kp8 + ((k0 + 16u * kk) >> 3u)); \
             } \
-            acc[t] = MULADD(fh, fb, acc[t]); \
-            acc[t] = MULADD(fl, fb, acc[t]); \
+            acc[ACC_AT(t, 0u, kk)] = MULADD(fh, fb, acc[ACC_AT(t, 0u, kk)]); \
+            acc[ACC_AT(t, 1u, kk)] = MULADD(fl, fb, acc[ACC_AT(t, 1u, kk)]); \
         } \
     } }
 #else  // probe twin (--cut dots): no matrix loads or products; a read of the stage keeps its stores live
@@ -510,8 +526,8 @@ void main() {
     uint blk_end = min(nb, blk0 + pc.bps);
     uint steps = blk_end > blk0 ? (blk_end - blk0 + U - 1u) / U : 0u;
 
-    ACC_T acc[NT];
-    [[unroll]] for (uint t = 0u; t < NT; ++t) {
+    ACC_T acc[NT * ACCS];
+    [[unroll]] for (uint t = 0u; t < NT * ACCS; ++t) {
         acc[t] = ACC_ZERO;
     }
 #if defined(QT_Q4_K)
@@ -557,7 +573,10 @@ void main() {
     // the loop ends on a barrier: smem is free for the accumulators
     uint at = sg * NT * 64u;
     [[unroll]] for (uint t = 0u; t < NT; ++t) {
-        STORE_SHARED(acc[t], at + 64u * t);
+        [[unroll]] for (uint a = 1u; a < ACCS; ++a) {
+            acc[t * ACCS] = ACC_ADD(acc[t * ACCS], acc[t * ACCS + a]);
+        }
+        STORE_SHARED(acc[t * ACCS], at + 64u * t);
     }
 #if defined(QT_Q4_K)
     // each pair's mins' parts after the C tiles (pair p of row p / U), for the rows' epilogue

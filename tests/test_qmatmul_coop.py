@@ -63,7 +63,8 @@ def _check(out: np.ndarray, ref: np.ndarray, n_rows: int, n_vecs: int, what: str
 # n_rows, n_cols, n_vecs, knobs: rows that end a block part way, one and several splits (the last one
 # short), odd counts of blocks per step, a vector count that needs a second column tile; B loaded
 # from global memory (coop_bshared off) with one and two column tiles; two stages (coop_stages); loads
-# two steps ahead (coop_depth) over odd, even and single steps
+# two steps ahead (coop_depth) over odd, even and single steps; 2 and 4 accumulators per tile (coop_accs)
+# with one and two column tiles and odd steps
 CASES = [
     (17, 256, 3, ()),
     (64, 512, 8, (("coop_splits", 3),)),
@@ -76,6 +77,8 @@ CASES = [
     (24, 1280, 2, (("coop_depth", 2), ("coop_splits", 2))),
     (17, 256, 4, (("coop_depth", 2), ("coop_stages", 2), ("coop_unroll", 1), ("coop_bshared", False))),
     (16, 256, 1, (("coop_depth", 2), ("coop_splits", 2))),
+    (33, 1024, 9, (("coop_accs", 4), ("coop_splits", 2), ("coop_unroll", 3))),
+    (40, 768, 3, (("coop_accs", 2), ("coop_depth", 2), ("coop_subgroups", 2), ("coop_unroll", 2))),
 ]
 
 
@@ -124,6 +127,8 @@ def test_coop_batch_gives_zeros_for_zero_x_and_keeps_vectors_apart():
     ({"coop_bshared": True}, "coop_bshared is a choice of coop=True"),
     ({"coop": True, "coop_stages": 3}, "coop_stages must be 1 or 2"),
     ({"coop": True, "coop_depth": True}, "coop_depth must be 1 or 2"),
+    ({"coop": True, "coop_accs": 3}, "coop_accs must be 1, 2 or 4"),
+    ({"coop_accs": 2}, "coop_accs is a choice of coop=True"),
 ])
 def test_coop_knobs_are_checked(knobs, message):
     be = _backend((("coop", True),))

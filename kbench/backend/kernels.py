@@ -973,7 +973,8 @@ class KernelPolicy:
         cfg = dict(config or {}, **knobs)
         unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot", "xq",
                               "layout", "unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk",
-                              "coop", "coop_subgroups", "coop_unroll", "coop_splits", "coop_bshared", "coop_stages", "coop_depth"}
+                              "coop", "coop_subgroups", "coop_unroll", "coop_splits", "coop_bshared", "coop_stages", "coop_depth",
+                              "coop_accs"}
         if unknown:
             raise ValueError(f"qmatvec config: unknown keys {sorted(unknown)}")
         if cfg.get("kernel", "auto") not in ("auto", "fast", "generic"):
@@ -1033,7 +1034,10 @@ class KernelPolicy:
         for key in ("coop_stages", "coop_depth"):
             if cfg.get(key) is not None and (isinstance(cfg[key], bool) or cfg[key] not in (1, 2)):
                 raise ValueError(f"qmatvec config: {key} must be 1 or 2, got {cfg[key]!r}")
-        for key in ("coop_subgroups", "coop_unroll", "coop_splits", "coop_bshared", "coop_stages", "coop_depth"):
+        if cfg.get("coop_accs") is not None and (isinstance(cfg["coop_accs"], bool) or cfg["coop_accs"] not in (1, 2, 4)):
+            raise ValueError(f"qmatvec config: coop_accs must be 1, 2 or 4, got {cfg['coop_accs']!r}")
+        for key in ("coop_subgroups", "coop_unroll", "coop_splits", "coop_bshared", "coop_stages", "coop_depth",
+                    "coop_accs"):
             if cfg.get(key) is not None and not cfg.get("coop"):
                 raise ValueError(f"qmatvec config: {key} is a choice of coop=True")
         for key in ("lanes", "rows", "teams", "chunk", "tile_kib", "unroll", "groups", "x_chunk",
@@ -1302,8 +1306,11 @@ class KernelPolicy:
     #: or 1 (half the memory, so longer steps fit; two barriers a step) (the ``coop_stages`` knob)
     QMATMUL_COOP_STAGES = 1
     #: steps whose weight loads are in flight at once: 1 (the next step's, issued before this one is
-    #: multiplied) or 2 (two register sets; the ``coop_depth`` knob, not yet timed on a GPU)
+    #: multiplied) or 2 (two register sets; the ``coop_depth`` knob)
     QMATMUL_COOP_DEPTH = 1
+    #: accumulators per 16-column tile: 1, 2 (the hi and lo planes' products apart) or 4 (even and odd
+    #: k-slices apart too), so that a step's products are not one dependent chain (the ``coop_accs`` knob)
+    QMATMUL_COOP_ACCS = 1
     #: splits along the rows until the grid has this many workgroups per compute unit (64 workgroups
     #: per unit's worth where the device does not say how many units it has), each split at least
     #: QMATMUL_COOP_MIN_STEPS steps long
@@ -1345,6 +1352,7 @@ class KernelPolicy:
         bshared = bool(cfg.get("coop_bshared", self.QMATMUL_COOP_B_SHARED))
         stages = int(cfg.get("coop_stages") or self.QMATMUL_COOP_STAGES)
         depth = int(cfg.get("coop_depth") or self.QMATMUL_COOP_DEPTH)
+        accs = int(cfg.get("coop_accs") or self.QMATMUL_COOP_ACCS)
 
         def shared_bytes(nsg: int, unroll: int) -> int:
             """Bytes: the stages of hi and lo planes (and B's slice), or the C tiles and Q4_K's mins."""
@@ -1382,7 +1390,7 @@ class KernelPolicy:
         io_wg = min(256, self.wg)
         return QMatmulCoopPlan(
             main=Kernel(f"qmatmul_coop.{name}.{variant}.spv",
-                        (wg, nsg, unroll, tiles, n_vecs, int(bshared), stages, depth), PUSH_QMATMUL_COOP),
+                        (wg, nsg, unroll, tiles, n_vecs, int(bshared), stages, depth, accs), PUSH_QMATMUL_COOP),
             prep=Kernel("qmatmul_coop_io.x.spv", (io_wg, 1 if dtype == DType.Q4_0 else 0, int(dtype == DType.Q4_K)),
                         PUSH_QMATMUL_COOP_X),
             sum=Kernel("qmatmul_coop_io.sum.spv", (self.wg, 0), PUSH_QMATMUL_COOP_SUM),
