@@ -63,6 +63,7 @@
 #extension GL_KHR_shader_subgroup_shuffle : require
 #endif
 #extension GL_EXT_spirv_intrinsics : require
+#extension GL_EXT_control_flow_attributes : enable
 // OpSDotKHR on 4 packed signed bytes (last operand: PackedVectorFormat4x8Bit = 0)
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
 int sdot(uint a, uint b, spirv_literal int fmt);
@@ -256,7 +257,7 @@ uvec3 quarter_of(uint i, uint cb) {
 
 void fetch(uint blk, uint b, out uvec4 q[NQ], out uint extra, out DT d) {
 #if defined(CUT_LOADS)
-    for (uint i = 0u; i < NQ; ++i) {
+    [[unroll]] for (uint i = 0u; i < NQ; ++i) {
         q[i] = uvec4(blk * 0x9E3779B9u + i, b * 0x85EBCA6Bu, blk ^ b, blk + i);
     }
     extra = blk ^ 0x5A5A5A5Au;
@@ -283,7 +284,7 @@ void fetch(uint blk, uint b, out uvec4 q[NQ], out uint extra, out DT d) {
     q[3] = wq[q0 + 8u + 2u * h + 1u];
     extra = wq[q0 + 12u][2u * h + (g >> 1u)];
 #else
-    for (uint i = 0u; i < NQ; ++i) {
+    [[unroll]] for (uint i = 0u; i < NQ; ++i) {
         q[i] = wq[blk * QV + i];
     }
     extra = 0u;
@@ -376,9 +377,9 @@ DT d_next[UNROLL * ROWS];
 // nu: units per row; units from bend on (the row's or the x chunk's end) are not loaded
 void load_batch(uint row0, uint b0, uint nu, uint bend) {
     uint nblk = nu / UNITS;  // weight blocks per row
-    for (uint u = 0u; u < UNROLL; ++u) {  // constant trip counts: unrolled
+    [[unroll]] for (uint u = 0u; u < UNROLL; ++u) {  // constant trip counts: unrolled
         uint b = min(b0 + u * LANES, bend - 1u);  // a unit past the end reloads the last one, unused
-        for (uint r = 0u; r < ROWS; ++r) {
+        [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
             uint row = min(row0 + r, pc.n_rows - 1u);
             fetch(row * nblk + b / UNITS, b, q_next[u * ROWS + r], extra_next[u * ROWS + r], d_next[u * ROWS + r]);
         }
@@ -400,16 +401,16 @@ void team_units(uint tl, uint row0, uint nu, uint c0, uint c1, bool loaded) {
         if (!loaded || b0 != c0 + tl) {
             load_batch(row0, b0, nu, c1);
         }
-        for (uint u = 0u; u < UNROLL; ++u) {
+        [[unroll]] for (uint u = 0u; u < UNROLL; ++u) {
             uint b = b0 + u * LANES;
             if (b >= c1) {
                 break;
             }
 #if defined(CUT_DOTS)
-            for (uint r = 0u; r < ROWS; ++r) {
+            [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
                 uint k = u * ROWS + r;
                 uvec4 h = uvec4(extra_next[k]);
-                for (uint i = 0u; i < NQ; ++i) {
+                [[unroll]] for (uint i = 0u; i < NQ; ++i) {
                     h ^= q_next[k][i];
                 }
                 acc[r * NX] += float((h.x ^ h.y ^ h.z ^ h.w) & 0xFFFFu) + vec2(d_next[k]).x;
@@ -420,14 +421,14 @@ void team_units(uint tl, uint row0, uint nu, uint c0, uint c1, bool loaded) {
             // to decode as an out array, lost their [1] entries on lavapipe, seen with ROWS = 2)
             uvec4 wa[ROWS * UX], wb[ROWS * UX];
             vec2 scale[ROWS * UX];
-            for (uint r = 0u; r < ROWS; ++r) {
+            [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
                 uint k = u * ROWS + r;
-                for (uint s = 0u; s < UX; ++s) {
+                [[unroll]] for (uint s = 0u; s < UX; ++s) {
                     decode(q_next[k], extra_next[k], d_next[k], b, s, wa[r * UX + s], wb[r * UX + s], scale[r * UX + s]);
                 }
             }
-            for (uint v = 0u; v < NX; ++v) {
-                for (uint s = 0u; s < UX; ++s) {
+            [[unroll]] for (uint v = 0u; v < NX; ++v) {
+                [[unroll]] for (uint s = 0u; s < UX; ++s) {
 #if defined(XQ_WG)
                     uint gb = v * BLOCKS + (b - c0) * UX + s;  // x block b * UX + s of vector v in the held chunk
                     uvec4 xl0 = sxl[2u * gb], xl1 = sxl[2u * gb + 1u];
@@ -451,7 +452,7 @@ void team_units(uint tl, uint row0, uint nu, uint c0, uint c1, bool loaded) {
                     ivec2 xs = ivec2(xsum16(xl0, xh0), xsum16(xl1, xh1));
 #endif
 #endif
-                    for (uint r = 0u; r < ROWS; ++r) {
+                    [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
                         uint i = r * UX + s;
                         acc[r * NX + v] += unit_dot(wa[i], wb[i], scale[i], xl0, xl1, xh0, xh1, sx, xs);
                     }
@@ -478,24 +479,27 @@ void team_write(uint team, uint tl, uint lid, uint row0) {
         // butterfly over the remaining distances.  K - 1 shuffles where a butterfly of every sum
         // took K log2(LANES) (160 for 8 vectors of 4 rows): the reduction was most of a short-row
         // batch's time on the H100 (docs/kernel-choices.md).
-        uint c = KP, base = 0u, m = 1u;
-        for (; m < LANES && c > 1u; m <<= 1u) {
+        // Every index into acc is a constant once the loops are unrolled (their trip counts follow
+        // from spec constants): an index known only at run time put acc in local memory (--stats).
+        const uint M_END = LANES < KP ? LANES : KP;  // the halving's end: one sum a lane, or the team's width
+        const uint C_END = KP / M_END;               // sums a lane holds then
+        uint base = 0u;
+        [[unroll]] for (uint m = 1u, c = KP; m < M_END; m <<= 1u, c >>= 1u) {
             uint h = c >> 1u;
             bool upper = (tl & m) != 0u;
-            for (uint j = 0u; j < h; ++j) {
+            [[unroll]] for (uint j = 0u; j < h; ++j) {
                 float keep = upper ? acc[j + h] : acc[j], send = upper ? acc[j] : acc[j + h];
                 acc[j] = keep + subgroupShuffleXor(send, m);
             }
             base += upper ? h : 0u;
-            c = h;
         }
-        for (uint mm = m; mm < LANES; mm <<= 1u) {
-            acc[0] += subgroupShuffleXor(acc[0], mm);  // (c = 1 here: one sum per lane)
+        [[unroll]] for (uint mm = M_END; mm < LANES; mm <<= 1u) {
+            acc[0] += subgroupShuffleXor(acc[0], mm);  // (C_END = 1 here: one sum per lane)
         }
-        // lane tl holds sums base .. base + c - 1; where the butterfly left copies, lanes with the
-        // bits from m on clear write them
-        if (tl < m) {
-            for (uint j = 0u; j < c; ++j) {
+        // lane tl holds sums base .. base + C_END - 1; where the butterfly left copies, lanes with the
+        // bits from M_END on clear write them
+        if (tl < M_END) {
+            [[unroll]] for (uint j = 0u; j < C_END; ++j) {
                 uint kk = base + j;
                 if (kk < K && kk / NX < rows) {
                     y[(kk % NX) * pc.n_rows + row0 + kk / NX] = acc[j];
@@ -505,7 +509,7 @@ void team_write(uint team, uint tl, uint lid, uint row0) {
     } else {
         // butterfly within min(LANES, subgroup): every lane of it ends with the sums
         uint width = min(LANES, gl_SubgroupSize);
-        for (uint k = 0u; k < K; ++k) {
+        [[unroll]] for (uint k = 0u; k < K; ++k) {
             for (uint m = 1u; m < width; m <<= 1u) {
                 acc[k] += subgroupShuffleXor(acc[k], m);
             }
@@ -516,7 +520,7 @@ void team_write(uint team, uint tl, uint lid, uint row0) {
                 uint kk = k0 + tl;
                 if (kk < K && kk / NX < rows) {
                     float s = 0.0;
-                    for (uint k = 0u; k < K; ++k) {
+                    [[unroll]] for (uint k = 0u; k < K; ++k) {
                         s = k == kk ? acc[k] : s;
                     }
                     y[(kk % NX) * pc.n_rows + row0 + kk / NX] = s;
@@ -526,7 +530,7 @@ void team_write(uint team, uint tl, uint lid, uint row0) {
             uint per_team = LANES / gl_SubgroupSize;  // subgroups of a team (whole: LANES and WG are multiples)
             uint sg_in_team = tl / gl_SubgroupSize;
             if (gl_SubgroupInvocationID == 0u) {
-                for (uint k = 0u; k < K; ++k) {
+                [[unroll]] for (uint k = 0u; k < K; ++k) {
                     part[(team * K + k) * per_team + sg_in_team] = acc[k];
                 }
             }
@@ -544,7 +548,7 @@ void team_write(uint team, uint tl, uint lid, uint row0) {
         }
     }
 #else
-    for (uint k = 0u; k < K; ++k) {
+    [[unroll]] for (uint k = 0u; k < K; ++k) {
         part[lid] = acc[k];
         barrier();
         for (uint h = LANES >> 1u; h > 0u; h >>= 1u) {  // LANES is a power of two: halves within the team
@@ -610,7 +614,7 @@ void main() {
     uint held = 0xFFFFFFFFu;  // the first unit of the chunk of x in shared memory
     for (uint g = group; g * group_rows < pc.n_rows; g += n_groups) {  // uniform over the workgroup
         uint row0 = g * group_rows + team * ROWS;
-        for (uint k = 0u; k < KP; ++k) {
+        [[unroll]] for (uint k = 0u; k < KP; ++k) {
             acc[k] = 0.0;
         }
         for (uint c0 = 0u; c0 < nu; c0 += cu) {
