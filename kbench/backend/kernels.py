@@ -1295,9 +1295,10 @@ class KernelPolicy:
     QMATMUL_COOP_MIN_VECS: int | None = None
     #: most vectors one dispatch takes (two B columns each)
     QMATMUL_COOP_MAX_VECS = 32
-    #: (subgroups per workgroup, blocks of 32 per step): 64 rows a workgroup, with B and one stage 39
-    #: KiB of shared memory (the fastest of the shapes timed: README, performance round 7)
-    QMATMUL_COOP_SHAPE = (4, 4)
+    #: (subgroups per workgroup, blocks of 32 per step): 32 rows a workgroup, 2 blocks a step, with B
+    #: and one stage 6.9 KiB of shared memory, so that 4 workgroups share an H100 SM where round 7's
+    #: 39 KiB left one (the fastest of the shapes timed: README, performance round 8)
+    QMATMUL_COOP_SHAPE = (2, 2)
     #: each step's slice of x (the B operand) staged in shared memory beside the weights, not loaded
     #: into the matrices from global memory (the ``coop_bshared`` knob; loading B from global memory
     #: cost a third of the time on an H100: README, performance round 7)
@@ -1306,15 +1307,16 @@ class KernelPolicy:
     #: or 1 (half the memory, so longer steps fit; two barriers a step) (the ``coop_stages`` knob)
     QMATMUL_COOP_STAGES = 1
     #: steps whose weight loads are in flight at once: 1 (the next step's, issued before this one is
-    #: multiplied) or 2 (two register sets; the ``coop_depth`` knob)
-    QMATMUL_COOP_DEPTH = 1
+    #: multiplied) or 2 (two register sets; the ``coop_depth`` knob; 2 saved 4-18% on the H100, round 8)
+    QMATMUL_COOP_DEPTH = 2
     #: accumulators per 16-column tile: 1, 2 (the hi and lo planes' products apart) or 4 (even and odd
     #: k-slices apart too), so that a step's products are not one dependent chain (the ``coop_accs`` knob)
     QMATMUL_COOP_ACCS = 1
-    #: splits along the rows until the grid has this many workgroups per compute unit (64 workgroups
-    #: per unit's worth where the device does not say how many units it has), each split at least
-    #: QMATMUL_COOP_MIN_STEPS steps long
-    QMATMUL_COOP_GROUPS_PER_CU = 4
+    #: splits along the rows until the grid has this many workgroups per compute unit (16 units
+    #: where the device does not say how many it has), each split at least QMATMUL_COOP_MIN_STEPS steps
+    #: long: under the 4 workgroups an H100 SM held of the default shape, so that none waits for a
+    #: second wave (README, performance round 8)
+    QMATMUL_COOP_GROUPS_PER_CU = 2.5
     QMATMUL_COOP_MIN_STEPS = 4
 
     def qmatmul_coop_unsupported(self, dtype: DType, n_vecs: int) -> str:
@@ -1379,7 +1381,7 @@ class KernelPolicy:
         splits = cfg.get("coop_splits")
         if splits is None:
             cu = self.compute_units["count"] if self.compute_units else 16
-            splits = max(1, min(_ceil_div(self.QMATMUL_COOP_GROUPS_PER_CU * cu, groups),
+            splits = max(1, min(math.ceil(self.QMATMUL_COOP_GROUPS_PER_CU * cu / groups),
                                 nb // (unroll * self.QMATMUL_COOP_MIN_STEPS)))
         bps = _ceil_div(_ceil_div(nb, int(splits)), unroll) * unroll
         splits = _ceil_div(nb, bps)
