@@ -258,9 +258,9 @@ def cut_kernel(be, kernel, cut, coop=None):
     return ablated
 
 
-def coop_timeline(be, plan, hy, n_rows: int) -> str:
-    """The summary of the records the cooperative-matrix kernel's timeline twin left in its output:
-    y where it has one split, else the scratch of the splits' partial sums (the last call's)."""
+def coop_timeline(be, plan, hy, n_rows: int) -> timeline.Timeline:
+    """The records the cooperative-matrix kernel's timeline twin left in its output (the last call's):
+    y where it has one split, else the scratch of the splits' partial sums."""
     from kbench.backend.base import BufferHandle
 
     groups = plan.grid(n_rows)
@@ -272,8 +272,7 @@ def coop_timeline(be, plan, hy, n_rows: int) -> str:
         buf = BufferHandle(key, size)
     raw = bytearray(16 * n)
     be._copy_from_device(buf, memoryview(raw))
-    cu = be._policy.compute_units
-    return timeline.summarize(timeline.parse(np.frombuffer(bytes(raw), np.uint32), n), cu["count"] if cu else None)
+    return timeline.parse(np.frombuffer(bytes(raw), np.uint32), n)
 
 
 def register_column(be, kernel) -> str:
@@ -459,7 +458,9 @@ def batches(args, shapes, dtypes, rng) -> int:
                           f"{len(data) / ns * 1e-3:6.3f} {err:9.2e} {timer}{regs}"
                           + ("" if checked else " (cut)"), flush=True)
                     if "timeline" in cut:
-                        print("      timeline: " + coop_timeline(be, coop, hy, n_rows), flush=True)
+                        cu = be._policy.compute_units
+                        print("      timeline: " + timeline.summarize(coop_timeline(be, coop, hy, n_rows),
+                                                                      cu["count"] if cu else None), flush=True)
                     be.free(hx), be.free(hy)
                 restore_kernel(be)
                 be._policy.configure_qmatvec({})
