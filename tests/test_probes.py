@@ -107,6 +107,31 @@ def test_a_cut_twin_is_the_shipped_packed_kernel_compiled_with_its_cut_defines()
         be.close()
 
 
+def test_the_packed_kernels_timeline_twin_says_each_workgroups_residency_and_steps(capsys):
+    """kbench probe qmatvec cut:timeline:<packed spec>: the whole kernel runs, its workgroups' records
+    replace y, and the summary line counts every workgroup of the grid with its batches."""
+    if not _has_int_dot():
+        pytest.skip("the device has no shaderIntegerDotProduct (the packed kernel needs it)")
+    from kbench.probes import timeline
+    from kbench.runtime import Manager
+
+    mgr = Manager()
+    why = timeline.unsupported(mgr.get_device_properties()["features"])
+    mgr.destroy()
+    if why:
+        pytest.skip(why)
+    assert main(["probe", "qmatvec", "--small", "--dtypes", "Q4_0", "--repeats", "1", "--variants",
+                 "cut:timeline:packedw:8:2:4", "cut:timeline:packedw:8:2:1"]) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.lstrip().startswith("timeline:")]
+    # packedw:8:2:4 (4 teams of 8 lanes, 2 rows each) on the small shapes: 96 and 32 rows in 8-row workgroups
+    assert len(lines) == 2, f"a timeline line per shape expected:\n{out}"
+    for line, groups in zip(lines, (12, 4)):
+        assert f"{groups} workgroups over" in line, f"{groups} workgroups expected in {line!r}\n{out}"
+    # one team of 2 rows a workgroup: 48 workgroups' records would not fit 96 floats of y
+    assert "skipped: 48 workgroups' records (4 words each) do not fit y's 96 floats" in out, out
+
+
 def test_the_qmatvec_probe_applies_knobs_to_batches_and_refuses_bad_ones(capsys):
     if not _has_int_dot():
         pytest.skip("the device has no shaderIntegerDotProduct (the packed kernel needs it)")

@@ -198,7 +198,7 @@ def test_coop_timeline_twin_records_each_workgroup_its_clocks_and_steps(splits):
     its start and end on the device clock (the end not before the start, all within the call) and the
     steps its split took, in y (one split) or the splits' scratch; the probe's summary reads them."""
     from kbench.probes import timeline
-    from kbench.probes.qmatvec import coop_timeline, cut_kernel, restore_kernel
+    from kbench.probes.qmatvec import cut_kernel, restore_kernel, twin_timeline
     from kbench.shaders.build import CompilerTooOld
 
     be = _backend((("coop", True), ("coop_splits", splits), ("coop_unroll", 2)))
@@ -218,7 +218,7 @@ def test_coop_timeline_twin_records_each_workgroup_its_clocks_and_steps(splits):
         be.copy_to_device(raw, hw)
         be.copy_to_device(x.tobytes(), hx)
         be.quantized_matmul(hw, hx, hy, n_rows, n_cols, DType.Q4_0, n_vecs=nv)
-        t = coop_timeline(be, plan, hy, n_rows)
+        t = twin_timeline(be, hy, n_rows, plan=plan)
         groups = plan.grid(n_rows)
         n = groups[0] * groups[1]
         line = timeline.summarize(t)

@@ -31,10 +31,11 @@ workgroups per compute unit taking several row groups each (0: one per row group
 policy's), noprefetch: a workgroup's first loads wait until x is quantized; packedw: the same
 with x quantized by every workgroup into shared memory instead (xq="workgroup").  Q4_K's packed
 kernel is a choice of these variants only (the automatic choice keeps GGUF's until it is timed).
-cut:PARTS:<spec> (PARTS: x, loads, dots joined by +) times an ablated twin of a packed variant,
+cut:PARTS:<spec> (PARTS: x, loads, dots, timeline joined by +) times an ablated twin of a packed variant,
 compiled here from shaders/qmatvec_packed.comp with CUT_X (x not quantized: workgroup-x variants),
 CUT_LOADS (no weight loads) or CUT_DOTS (no decoding or dot products): what is left of the time
-says where it goes (its NMSE is meaningless and not checked).  Three cuts keep the product exact, and
+says where it goes (its NMSE is meaningless and not checked); timeline (TIMELINE) takes nothing out,
+its workgroups' clocks replace the results and a line sums them up (kbench/probes/timeline.py).  Three cuts keep the product exact, and
 their NMSE is checked: xfirst (CUT_X_FIRST: x's first loads issued after the weights' first batch, not
 before it), quads (CUT_QUADS: a lane per block of x instead of the 4 lanes of a quad) and halving
 (CUT_HALVING: a team's sums reduced by a butterfly of every sum, not by halving), all of the subgroup
@@ -258,21 +259,45 @@ def cut_kernel(be, kernel, cut, coop=None):
     return ablated
 
 
-def coop_timeline(be, plan, hy, n_rows: int) -> timeline.Timeline:
-    """The records the cooperative-matrix kernel's timeline twin left in its output (the last call's):
-    y where it has one split, else the scratch of the splits' partial sums."""
+def twin_timeline(be, hy, n_rows: int, kernel=None, plan=None) -> timeline.Timeline:
+    """The records a timeline twin left in its output (the last call's): the packed ``kernel``'s in y;
+    the cooperative-matrix ``plan``'s in y where it has one split, else in the scratch of the splits'
+    partial sums."""
     from kbench.backend.base import BufferHandle
 
-    groups = plan.grid(n_rows)
-    n = groups[0] * groups[1]
-    if plan.splits == 1:
+    if plan is None:
+        n = kernel.groups(n_rows)
+        buf = hy
+    elif plan.splits == 1:
+        groups = plan.grid(n_rows)
+        n = groups[0] * groups[1]
         buf = hy
     else:
+        groups = plan.grid(n_rows)
+        n = groups[0] * groups[1]
         key, size = be._scratch_bufs["qmatmul_coop_part"]
         buf = BufferHandle(key, size)
     raw = bytearray(16 * n)
     be._copy_from_device(buf, memoryview(raw))
     return timeline.parse(np.frombuffer(bytes(raw), np.uint32), n)
+
+
+def timeline_unfit(be, kernel, n_rows: int, n_vecs: int = 1) -> str:
+    """Why the packed ``kernel``'s timeline twin cannot run here ("" where it can): the device's clocks,
+    or y too small for four words per workgroup (small workgroups of few rows); checked before any
+    dispatch, so that no record lands past y."""
+    why = timeline.unsupported(be.device_properties["features"])
+    if why or kernel is None:
+        return why
+    n = kernel.groups(n_rows)
+    if 4 * n > n_vecs * n_rows:
+        return f"{n} workgroups' records (4 words each) do not fit y's {n_vecs * n_rows} floats"
+    return ""
+
+
+def print_timeline(be, t: timeline.Timeline) -> None:
+    cu = be._policy.compute_units
+    print("      timeline: " + timeline.summarize(t, cu["count"] if cu else None), flush=True)
 
 
 def register_column(be, kernel) -> str:
@@ -434,7 +459,7 @@ def batches(args, shapes, dtypes, rng) -> int:
                     if cut:
                         if not cut_applies(kernel, cut, coop=coop is not None):
                             continue
-                        why = timeline.unsupported(be.device_properties["features"]) if "timeline" in cut else ""
+                        why = timeline_unfit(be, None if coop else kernel, n_rows, nv) if "timeline" in cut else ""
                         if why:
                             print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} {nv:>4} cut:{'+'.join(cut)}: skipped: {why}")
                             continue
@@ -458,9 +483,7 @@ def batches(args, shapes, dtypes, rng) -> int:
                           f"{len(data) / ns * 1e-3:6.3f} {err:9.2e} {timer}{regs}"
                           + ("" if checked else " (cut)"), flush=True)
                     if "timeline" in cut:
-                        cu = be._policy.compute_units
-                        print("      timeline: " + timeline.summarize(coop_timeline(be, coop, hy, n_rows),
-                                                                      cu["count"] if cu else None), flush=True)
+                        print_timeline(be, twin_timeline(be, hy, n_rows, kernel, coop))
                     be.free(hx), be.free(hy)
                 restore_kernel(be)
                 be._policy.configure_qmatvec({})
@@ -581,6 +604,10 @@ def main(argv=None) -> int:
                         if cfg.get("cut"):
                             if not cut_applies(kernel, cfg["cut"]):
                                 continue
+                            why = timeline_unfit(be, kernel, n_rows) if "timeline" in cfg["cut"] else ""
+                            if why:
+                                print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} {name:22} skipped: {why}")
+                                continue
                             kernel = cut_kernel(be, kernel, cfg["cut"])
                         if cfg.get("raw"):
                             if dtype != DType.Q4_0 or not kernel.spv.endswith(".sg.spv"):
@@ -606,6 +633,8 @@ def main(argv=None) -> int:
                     print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} {name:22} {spec:>15} {ns / 1e3:8.2f} "
                           f"{tbs:6.3f} {tbs / args.copy_tbs:6.2f} {err_text} {timer} {copy_now / 1e3:8.2f} {ns / copy_now:6.2f}"
                           f"{regs}{flag}", flush=True)
+                    if "timeline" in cfg.get("cut", ()):
+                        print_timeline(be, twin_timeline(be, hy, n_rows, kernel))
                     key = (dtype.name, n_rows, n_cols, "8-bit x" if x8 else "")
                     if err <= limit and not cfg.get("cut") and (key not in best or ns < best[key][1]):
                         best[key] = (name, ns, tbs, spec)
