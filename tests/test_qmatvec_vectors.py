@@ -143,3 +143,22 @@ def test_x_quantized_by_each_workgroup_gives_the_products_of_x_quantized_by_a_fi
     diff = np.flatnonzero(got["workgroup"].view(np.uint32) != got["dispatch"].view(np.uint32))
     assert diff.size == 0, (f"{dtype.name} {reduce} chunk {x_chunk}: {diff.size} outputs differ, first at {diff[0]}: "
                             f"{got['workgroup'][diff[0]]!r} (workgroup) vs {got['dispatch'][diff[0]]!r} (dispatch)")
+
+
+@pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
+def test_batches_of_eight_vectors_take_the_packed_kernels_batch_teams_and_fewer_keep_sixteen():
+    """QMATVEC_PACKED_BATCH_TEAMS: 8 vectors of a model-sized matrix run 8 teams of 32 lanes a workgroup
+    (timed faster on the H100), 4 vectors keep 16; a teams knob still wins over both."""
+    from kbench.backend.kernels import KernelPolicy
+
+    be = _backend("packed-xwg")
+    pol = be._policy
+    from_vecs, teams = KernelPolicy.QMATVEC_PACKED_BATCH_TEAMS
+    lanes = KernelPolicy.QMATVEC_PACKED_SHAPE["lanes"]
+    wg = {nv: pol.qmatvec(DType.Q4_0, 4096, 14336, nv).spec[0] for nv in (from_vecs - 4, from_vecs)}
+    assert wg == {from_vecs - 4: lanes * KernelPolicy.QMATVEC_PACKED_SHAPE["teams"], from_vecs: lanes * teams}, wg
+    pol.configure_qmatvec({"layout": "packed", "teams": 2})
+    try:
+        assert pol.qmatvec(DType.Q4_0, 4096, 14336, from_vecs).spec[0] == 2 * lanes, "the teams knob was overruled"
+    finally:
+        pol.configure_qmatvec({"layout": "packed"})
