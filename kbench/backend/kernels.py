@@ -1318,7 +1318,7 @@ class KernelPolicy:
     QMATMUL_COOP_DEPTH = 2
     #: accumulators per 16-column tile: 1, 2 (the hi and lo planes' products apart) or 4 (even and odd
     #: k-slices apart too), so that a step's products are not one dependent chain (the ``coop_accs`` knob)
-    QMATMUL_COOP_ACCS = 1
+    QMATMUL_COOP_ACCS = 1  # 2 and 4 were no faster on the H100 (README, performance round 8)
     #: splits along the rows until the grid has this many workgroups per compute unit (16 units
     #: where the device does not say how many it has), each split at least QMATMUL_COOP_MIN_STEPS steps
     #: long: under the 4 workgroups an H100 SM held of the default shape, so that none waits for a
