@@ -1317,8 +1317,9 @@ class KernelPolicy:
     #: multiplied) or 2 (two register sets; the ``coop_depth`` knob; 2 saved 4-18% on the H100, round 8)
     QMATMUL_COOP_DEPTH = 2
     #: accumulators per 16-column tile: 1, 2 (the hi and lo planes' products apart) or 4 (even and odd
-    #: k-slices apart too), so that a step's products are not one dependent chain (the ``coop_accs`` knob)
-    QMATMUL_COOP_ACCS = 1  # 2 and 4 were no faster on the H100 (README, performance round 8)
+    #: k-slices apart too), so that a step's products are not one dependent chain (the ``coop_accs`` knob;
+    #: 2 and 4 were no faster on the H100: README, performance round 8)
+    QMATMUL_COOP_ACCS = 1
     #: splits along the rows until the grid has this many workgroups per compute unit (16 units
     #: where the device does not say how many it has), each split at least QMATMUL_COOP_MIN_STEPS steps
     #: long: under the 4 workgroups an H100 SM held of the default shape, so that none waits for a
