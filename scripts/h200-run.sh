@@ -24,7 +24,7 @@
 #       at 8 vectors of Q4_0 its timeline twin (workgroups resident at once, a step's time) and ablated twins
 #       ($COOP_CUTS: no weight reads, no decoding, no products), compiled on the device by a glslang >= 13 copied
 #       to .gl/glslang (with this machine's libstdc++.so.6 in .gl/lib/ for a device whose own is older), and the
-#       knob sets (each with the twins of $COOP_KNOB_CUTS, e.g. timeline)
+#       knob sets (each with the twins of $COOP_KNOB_CUTS, default: its timeline)
 # kquants: one vector of Q4_K and Q6_K (the ggml gaps of round 5) under the GGUF kernels, packed and fp32-decoding
 #          shapes beside the automatic kernel (ggml's Q4_K reads x as fp32 with 16 lanes a superblock, 2 rows a
 #          workgroup of one subgroup: fast:16:1:2 has that split, fast:32:2:1 and fast:64:2:1 are wider; where k > 4096
@@ -120,8 +120,8 @@ elif [ "$what" = coop ]; then
   timeout ${BATCH_S:-120} "${p[@]}" > "$out/probe_coop.log" 2>&1
   echo "# knobs: coop=true" >> "$out/probe_coop.log"
   CUDA_VISIBLE_DEVICES= timeout ${BATCH_S:-120} "${p[@]}" --knobs coop=true >> "$out/probe_coop.log" 2>&1
-  # launch shapes at 8 vectors (Q4_0) beside the default (README, rounds 6 and 7): loads two steps ahead (also
-  # with smaller workgroups), B loaded from global memory, round 6's two stages of 2 blocks, one split
+  # launch shapes at 8 vectors (Q4_0) beside the default (README, rounds 6-8): one subgroup, one block a step,
+  # 4 splits, loads one step ahead; each with its timeline (workgroups resident per SM, a step's time)
   if [ -x .gl/glslang ]; then
     export KBENCH_GLSLANG=$PWD/.gl/glslang
     "$KBENCH_GLSLANG" --version > /dev/null 2>&1 || export LD_LIBRARY_PATH=$PWD/.gl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -130,12 +130,12 @@ elif [ "$what" = coop ]; then
   # shellcheck disable=SC2086
   CUDA_VISIBLE_DEVICES= timeout ${KNOB_S:-45} python3 -m kbench.probes qmatvec --stats --repeats 3 --dtypes Q4_0 \
     --vecs 8 --knobs coop=true --cut ${COOP_CUTS-timeline loads decode dots} >> "$out/probe_coop.log" 2>&1
-  IFS=';' read -ra sets <<< "${COOP_KNOBS-coop=true coop_depth=2;coop=true coop_depth=2 coop_subgroups=2;coop=true coop_bshared=false;coop=true coop_stages=2 coop_unroll=2;coop=true coop_splits=1}"
+  IFS=';' read -ra sets <<< "${COOP_KNOBS-coop=true coop_subgroups=1;coop=true coop_unroll=1;coop=true coop_splits=4;coop=true coop_depth=1}"
   for set in "${sets[@]}"; do
     echo "# knobs: $set" >> "$out/probe_coop.log"
     # shellcheck disable=SC2086  # (no CUDA device: torch's figure is the first run's)
     CUDA_VISIBLE_DEVICES= timeout ${KNOB_S:-45} python3 -m kbench.probes qmatvec --stats --repeats 3 --dtypes Q4_0 \
-      --vecs 8 --knobs $set ${COOP_KNOB_CUTS:+--cut $COOP_KNOB_CUTS} >> "$out/probe_coop.log" 2>&1
+      --vecs 8 --knobs $set --cut ${COOP_KNOB_CUTS-timeline} >> "$out/probe_coop.log" 2>&1
   done
   grep -v "^# warmed" "$out/probe_coop.log"
 elif [ "$what" = kquants ]; then
