@@ -131,11 +131,12 @@ elif [ "$what" = coop ]; then
   CUDA_VISIBLE_DEVICES= timeout ${KNOB_S:-45} python3 -m kbench.probes qmatvec --stats --repeats 3 --dtypes Q4_0 \
     --vecs 8 --knobs coop=true --cut ${COOP_CUTS-timeline loads decode dots} >> "$out/probe_coop.log" 2>&1
   IFS=';' read -ra sets <<< "${COOP_KNOBS-coop=true coop_subgroups=1;coop=true coop_unroll=1;coop=true coop_splits=4;coop=true coop_depth=1}"
+  knob_cuts=${COOP_KNOB_CUTS-timeline}
   for set in "${sets[@]}"; do
     echo "# knobs: $set" >> "$out/probe_coop.log"
     # shellcheck disable=SC2086  # (no CUDA device: torch's figure is the first run's)
     CUDA_VISIBLE_DEVICES= timeout ${KNOB_S:-45} python3 -m kbench.probes qmatvec --stats --repeats 3 --dtypes Q4_0 \
-      --vecs 8 --knobs $set --cut ${COOP_KNOB_CUTS-timeline} >> "$out/probe_coop.log" 2>&1
+      --vecs 8 --knobs $set ${knob_cuts:+--cut $knob_cuts} >> "$out/probe_coop.log" 2>&1
   done
   grep -v "^# warmed" "$out/probe_coop.log"
 elif [ "$what" = kquants ]; then
