@@ -78,13 +78,12 @@ layout(constant_id = 6) const uint STAGES = 2;  // 1: one stage, refilled after 
 layout(constant_id = 7) const uint DEPTH = 1;   // steps whose loads are in flight at once (register sets): 1 or 2
 layout(constant_id = 8) const uint ACCS = 1;    // accumulators per column tile: 1, 2 (hi and lo planes) or 4 (and even / odd k-slices)
 
-// a pair's quants: QV uvec4 (Q6_K: 32 bytes of ql, then 32 of qh)
+// a pair's quants: QV uvec4 (Q6_K: the unit's low 4 bits, then a uvec4 of its 2 words of high bits,
+// qmatvec_pack.comp's unit layout)
 #if defined(QT_Q4_0)
 const uint QV = 1u;
-#elif defined(QT_Q8_0) || defined(QT_Q4_K)
-const uint QV = 2u;
 #else
-const uint QV = 4u;
+const uint QV = 2u;
 #endif
 #if defined(QT_Q4_K)
 const uint NMIN = NV;  // per pair: the mins' part of each vector
@@ -124,10 +123,8 @@ const uint BLS = BL > 0u ? BL : 1u;
 uvec4 pq[DEPTH * PL * QV];
 uvec4 pbx[DEPTH * BLS];  // BSH: the step's slice of B
 uint pd[DEPTH * PL];  // the fp16 scale d; Q6_K: | its unit's two int8 sub-block scales << 16
-#if defined(QT_Q6_K) || defined(QT_Q4_K)
-uint pg[DEPTH * PL];  // Q6_K: the unit's place in its 128-element half (g: nibble 4 (g >> 1), qh bits 2 g); Q4_K: sc | m << 8 | nibble << 16
-#endif
 #if defined(QT_Q4_K)
+uint pg[DEPTH * PL];  // sc | m << 8 | nibble << 16
 uint pb[DEPTH * PL];  // the pair's unit in its row
 float pmin[PL * NV];  // the mins' part: sum over the pair's units of dmin * m * S
 #endif
@@ -164,18 +161,16 @@ void fetch(uint set, uint row0, uint blk0, uint blk_end, uint nb, uint lid) {
         bool ok = p < PAIRS && row0 + r < pc.n_rows && b < blk_end;
         uint g = ok ? (row0 + r) * nb + b : 0u;  // unit of the matrix
 #if defined(QT_Q6_K)
-        // unit u of block g / 8: half h = u / 4 (ql bytes 64 h + 32 (u & 1) + l, qh 32 h + l), scales 8 h + 2 (u & 3)
+        // unit u of block g / 8: low bits at uvec4 u, high bits in words 2 (u & 1), + 1 of uvec4 8 + u / 2,
+        // scales 2 u and 2 u + 1 in half u & 1 of word u / 2 of uvec4 12
         uint blk = g >> 3u;
         uint u = g & 7u;
-        uint h = u >> 2u;
         uint q0 = 13u * blk;
-        [[unroll]] for (uint i = 0u; i < 2u; ++i) {
-            pq[k * QV + i] = ok ? WQ(q0 + 4u * h + 2u * (u & 1u) + i) : uvec4(0u);
-            pq[k * QV + 2u + i] = ok ? WQ(q0 + 8u + 2u * h + i) : uvec4(0u);
-        }
-        uint sc = ok ? WQ(q0 + 12u)[2u * h + ((u & 3u) >> 1u)] : 0u;
+        uint c = 2u * (u & 1u);
+        pq[k * QV] = ok ? WQ(q0 + u) : uvec4(0u);
+        pq[k * QV + 1u] = ok ? uvec4(WQ(q0 + 8u + (u >> 1u))[c], WQ(q0 + 8u + (u >> 1u))[c + 1u], 0u, 0u) : uvec4(0u);
+        uint sc = ok ? WQ(q0 + 12u)[u >> 1u] : 0u;
         pd[k] = ok ? scale_bits(blk, pc.n_rows * (nb >> 3u), 13u) | (((sc >> (16u * (u & 1u))) & 0xFFFFu) << 16u) : 0u;
-        pg[k] = u & 3u;
 #elif defined(QT_Q4_K)
         // sub-block u of block g / 8: quants 2 (u >> 1), + 1 (nibble u & 1), scale and min bytes, d | dmin
         uint blk = g >> 3u;
@@ -313,10 +308,9 @@ void stash_pair(uint k, uint j, uint at, uint r, uint u) {
         }
     }
 #elif defined(QT_Q6_K)
-    // word i: ql bytes 4i..4i+3 (elements 4i..4i+3 in the nibble at 4 (g >> 1)), qh bytes (bits 2 g);
-    // slots as Q8_0's; elements 0..15 take the first sub-block scale, 16..31 the second
-    uint ls = 4u * (pg[k] >> 1u);
-    uint hs = 2u * pg[k];
+    // word i (elements 4i..4i+3): low bits in nibble i >> 2 of word i & 3, high bits at 2 (i >> 1) of
+    // word 4 + (i & 1) (qmatvec_pack.comp's unit layout); slots as Q8_0's; elements 0..15 take the
+    // first sub-block scale, 16..31 the second
     [[unroll]] for (uint half_ = 0u; half_ < 2u; ++half_) {
 #ifdef COOP_EMULATE
         float ds = unpackHalf2x16(pd[k]).x * float(bitfieldExtract(int(pd[k]), 16 + 8 * int(half_), 8));
@@ -326,7 +320,8 @@ void stash_pair(uint k, uint j, uint at, uint r, uint u) {
                     ds_hi, ds_lo);
 #endif
         [[unroll]] for (uint i = 4u * half_; i < 4u * half_ + 4u; ++i) {
-            uint q6 = ((w[i] >> ls) & 0x0F0F0F0Fu) | (((w[8u + i] >> hs) & 0x03030303u) << 4u);
+            uint q6 = ((w[i & 3u] >> (4u * (i >> 2u))) & 0x0F0F0F0Fu)
+                    | (((w[4u + (i & 1u)] >> (2u * (i >> 1u))) & 0x03030303u) << 4u);
             [[unroll]] for (uint t = 0u; t < 2u; ++t) {
                 uint n = (q6 >> (8u * t)) & 0x00FF00FFu;
 #ifdef COOP_EMULATE

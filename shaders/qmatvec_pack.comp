@@ -6,10 +6,17 @@
 // fits them.  The packed layout keeps the same bytes, split in two arrays in one buffer:
 //   quants: the block minus its fp16 scale, QV uvec4 (QV = 1, 2, 13), block i at uvec4 i * QV,
 //           the bytes in GGUF order (Q4_0 byte j: element j in the low nibble, j + 16 in the
-//           high; Q6_K: ql[128], qh[64], scales[16]);
+//           high), except Q6_K's, regrouped by unit of 32 elements (below);
 //   scales: the fp16 scale of block i in half (i & 1) of word i / 2, words from uvec4 n * QV
 //           on (n blocks in all, row-major, as in GGUF).
 // One invocation per pair of blocks, so each scale word has one writer.
+//
+// Q6_K's 13 uvec4 a block: uvec4 u < 8 holds the low 4 bits of unit u's elements (elements 32 u ..
+// 32 u + 31 of the block) as Q4_0 holds its quants: byte j = element j | element j + 16 << 4; uvec4
+// 8 + u / 2, words 2 (u & 1) and 2 (u & 1) + 1, hold their high 2 bits: byte j (0..7) = elements j, j
+// + 8, j + 16, j + 24 at bits 0, 2, 4, 6; uvec4 12 the 16 int8 sub-block scales as in GGUF.  So a
+// unit's own 24 bytes are all its kernel loads (GGUF's order spreads them over 64, which held 16
+// registers a unit and row in qmatvec_packed.comp).
 //
 // Q4_K (144-byte blocks: d, dmin, scales[12], qs[128]; 144 is a multiple of 16, so its blocks
 // are word aligned already) gets a layout of its own, three arrays in one buffer, so that the
@@ -67,6 +74,37 @@ uint copy_block(uint block) {
     return half_at(base + SCALE_AT);
 }
 
+#if defined(QT_Q6_K)
+// Q6_K block i into the unit layout above; returns its fp16 scale d.  GGUF: element 128 h + 32 g +
+// l (half h, group g < 4, l < 32) has its low 4 bits in nibble g >> 1 of ql[64 h + 32 (g & 1) + l]
+// and its high 2 bits at bit 2 g of qh[32 h + l].
+uint pack_q6_k(uint block) {
+    uint base = block * BLOCK_BYTES;
+    for (uint u = 0u; u < 8u; ++u) {
+        uint h = u >> 2u, g = u & 3u;
+        uint ql = base + 64u * h + 32u * (g & 1u), qh = base + 128u + 32u * h;
+        uvec4 lo;
+        uvec2 hi = uvec2(0u);
+        for (uint w = 0u; w < 4u; ++w) {  // bytes 4 w .. 4 w + 3: elements 4 w .., and 16 + 4 w .. above them
+            uint a = (word_at(ql + 4u * w) >> (4u * (g >> 1u))) & 0x0F0F0F0Fu;
+            uint b = (word_at(ql + 16u + 4u * w) >> (4u * (g >> 1u))) & 0x0F0F0F0Fu;
+            lo[w] = a | (b << 4u);
+        }
+        for (uint w = 0u; w < 8u; ++w) {  // qh bytes 4 w ..: elements l = 4 w .. 4 w + 3 of the unit
+            uint f = (word_at(qh + 4u * w) >> (2u * g)) & 0x03030303u;
+            hi[w & 1u] |= f << (2u * (w >> 1u));  // byte l & 7, bits 2 (l >> 3)
+        }
+        dst[block * QV + u] = lo;
+        uint q = block * QV + 8u + (u >> 1u);
+        dst[q][2u * (u & 1u)] = hi.x;
+        dst[q][2u * (u & 1u) + 1u] = hi.y;
+    }
+    uint sc = base + 192u;
+    dst[block * QV + 12u] = uvec4(word_at(sc), word_at(sc + 4u), word_at(sc + 8u), word_at(sc + 12u));
+    return half_at(base + SCALE_AT);
+}
+#endif
+
 #if defined(QT_Q4_K)
 // Q4_K block i: its quants, its eight 6-bit scales and mins as bytes, its d / dmin word
 void pack_q4_k(uint block) {
@@ -100,6 +138,12 @@ void main() {
     if (first + 1u < pc.n_blocks) {
         pack_q4_k(first + 1u);
     }
+#elif defined(QT_Q6_K)
+    uint scales = pack_q6_k(first);
+    if (first + 1u < pc.n_blocks) {
+        scales |= pack_q6_k(first + 1u) << 16u;
+    }
+    dst[pc.n_blocks * QV + (pair >> 2u)][pair & 3u] = scales;
 #else
     uint scales = copy_block(first);
     if (first + 1u < pc.n_blocks) {

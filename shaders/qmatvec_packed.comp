@@ -92,7 +92,7 @@ const uint QV = 1u, UNITS = 1u, NQ = 1u, UX = 1u;
 #elif defined(QT_Q8_0)
 const uint QV = 2u, UNITS = 1u, NQ = 2u, UX = 1u;
 #elif defined(QT_Q6_K)
-const uint QV = 13u, UNITS = 8u, NQ = 4u, UX = 1u;  // ql (2 uvec4) and qh (2 uvec4) of one unit
+const uint QV = 13u, UNITS = 8u, NQ = 2u, UX = 1u;  // a unit's low 4 bits (uvec4) and high 2 bits (2 words)
 #else
 const uint QV = 8u, UNITS = 4u, NQ = 2u, UX = 2u;  // Q4_K: the 32 quant bytes of two sub-blocks
 #endif
@@ -130,9 +130,11 @@ shared float part[PART];
 // operations per word, and integer issue, not HBM, is what bounds these kernels on a GPU whose
 // integer rate is half its fp32 rate.
 
-// Q6_K's four 6-bit q of a word: low 4 bits from ql (nibble at shift ls), high 2 from qh (at hs)
-uint q6_bytes(uint ql, uint qh, uint ls, uint hs) {
-    return ((ql >> ls) & 0x0F0F0F0Fu) | (((qh >> hs) & 0x03030303u) << 4u);
+// Q6_K's 6-bit q of elements 4 i .. 4 i + 3 of a unit (i < 8) as bytes: the low 4 bits from its
+// low-bits word i & 3 (nibble i >> 2), the high 2 from its high-bits word i & 1 (bits 2 (i >> 1) of
+// each byte) (qmatvec_pack.comp's unit layout)
+uint q6_bytes(uint ql, uint qh, uint i) {
+    return ((ql >> (4u * (i >> 2u))) & 0x0F0F0F0Fu) | (((qh >> (2u * (i >> 1u))) & 0x03030303u) << 4u);
 }
 
 int dot4(uvec4 q, uvec4 x) {
@@ -279,14 +281,14 @@ void fetch(uint blk, uint b, out uvec4 q[NQ], out uint extra, out DT d) {
     uint si = blk >> 1u;
     d = unpackHalf2x16(wq[SCALE_BASE + (si >> 2u)][si & 3u] >> (16u * (blk & 1u))).x;
 #if defined(QT_Q6_K)
-    // unit b & 7 of the block: half h = bit 2 (elements 128h ..), group g = bits 0-1: ql bytes
-    // 64h + 32 (g & 1) + l, qh bytes 32h + l, scales 8h + 2g (elements 0..15) and + 1 (16..31)
-    uint g = b & 3u, h = (b >> 2u) & 1u, q0 = blk * QV;
-    q[0] = wq[q0 + 4u * h + 2u * (g & 1u)];
-    q[1] = wq[q0 + 4u * h + 2u * (g & 1u) + 1u];
-    q[2] = wq[q0 + 8u + 2u * h];
-    q[3] = wq[q0 + 8u + 2u * h + 1u];
-    extra = wq[q0 + 12u][2u * h + (g >> 1u)];
+    // unit u = b & 7 of the block (qmatvec_pack.comp's unit layout): its low bits at uvec4 u, its high
+    // bits in words 2 (u & 1) and 2 (u & 1) + 1 of uvec4 8 + u / 2, its scales 2u (elements 0..15) and
+    // 2u + 1 (16..31): half (u & 1) of word u / 2
+    uint u = b & 7u, q0 = blk * QV;
+    q[0] = wq[q0 + u];
+    uint qh = q0 + 8u + (u >> 1u), c = 2u * (u & 1u);
+    q[1] = uvec4(wq[qh][c], wq[qh][c + 1u], 0u, 0u);
+    extra = wq[q0 + 12u][u >> 1u];
 #else
     [[unroll]] for (uint i = 0u; i < NQ; ++i) {
         q[i] = wq[blk * QV + i];
@@ -323,14 +325,11 @@ void decode(uvec4 q[NQ], uint extra, DT d, uint b, uint s, out uvec4 wa, out uve
     wb = (q[1] >> (4u * s)) & 0x0F0F0F0Fu;
     scale = d * vec2((extra >> (8u * s)) & 0xFFu, (extra >> (16u + 8u * s)) & 0xFFu);
 #elif defined(QT_Q6_K)
-    uint g = b & 3u;
-    uint ls = 4u * (g >> 1u), hs = 2u * g;
-    uvec4 l0 = q[0], l1 = q[1], h0 = q[2], h1 = q[3];
-    wa = uvec4(q6_bytes(l0.x, h0.x, ls, hs), q6_bytes(l0.y, h0.y, ls, hs),
-               q6_bytes(l0.z, h0.z, ls, hs), q6_bytes(l0.w, h0.w, ls, hs));
-    wb = uvec4(q6_bytes(l1.x, h1.x, ls, hs), q6_bytes(l1.y, h1.y, ls, hs),
-               q6_bytes(l1.z, h1.z, ls, hs), q6_bytes(l1.w, h1.w, ls, hs));
-    int sb = int(16u * (g & 1u));
+    [[unroll]] for (uint k = 0u; k < 4u; ++k) {
+        wa[k] = q6_bytes(q[0][k], q[1][k & 1u], k);
+        wb[k] = q6_bytes(q[0][k], q[1][k & 1u], k + 4u);
+    }
+    int sb = int(16u * (b & 1u));
     int scw = int(extra);
     scale = d * vec2(float(bitfieldExtract(scw, sb, 8)), float(bitfieldExtract(scw, sb + 8, 8)));
 #elif defined(QT_Q4_0)
