@@ -25,6 +25,8 @@
 #       ($COOP_CUTS: no weight reads, no decoding, no products), compiled on the device by a glslang >= 13 copied
 #       to .gl/glslang (with this machine's libstdc++.so.6 in .gl/lib/ for a device whose own is older), and the
 #       knob sets (each with the twins of $COOP_KNOB_CUTS, default: its timeline)
+# units: one vector of every format with the packed kernel's timeline, then batches of 2, 4, 8 vectors beside
+#        torch's fp16 mm (Q6_K's packed layout by unit, README round 8); about 4 minutes
 # kquants: one vector of Q4_K and Q6_K (the ggml gaps of round 5) under the GGUF kernels, packed and fp32-decoding
 #          shapes beside the automatic kernel (ggml's Q4_K reads x as fp32 with 16 lanes a superblock, 2 rows a
 #          workgroup of one subgroup: fast:16:1:2 has that split, fast:32:2:1 and fast:64:2:1 are wider; where k > 4096
@@ -139,6 +141,16 @@ elif [ "$what" = coop ]; then
       --vecs 8 --knobs $set ${knob_cuts:+--cut $knob_cuts} >> "$out/probe_coop.log" 2>&1
   done
   grep -v "^# warmed" "$out/probe_coop.log"
+elif [ "$what" = units ]; then
+  # Q6_K's packed layout by unit (README, performance round 8): one vector of every format with the packed
+  # kernel's timeline (workgroups per SM), then batches of 2, 4 and 8 vectors beside torch's fp16 mm
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+  CUDA_VISIBLE_DEVICES= timeout ${ONE_S:-80} python3 -m kbench.probes qmatvec --stats --repeats 3 --no-floor \
+    --variants auto cut:timeline:packedw > "$out/probe_one.log" 2>&1
+  # shellcheck disable=SC2086
+  timeout ${BATCH_S:-150} python3 -m kbench.probes qmatvec --stats --repeats 3 --vecs ${VECS:-2 4 8} \
+    > "$out/probe_vecs.log" 2>&1
+  grep -v "^# warmed" "$out/probe_one.log" "$out/probe_vecs.log"
 elif [ "$what" = kquants ]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
   # shellcheck disable=SC2086
