@@ -178,3 +178,25 @@ def test_the_qmatvec_probe_times_ablated_twins_of_a_batch_and_checks_only_the_ex
     assert main(["probe", "qmatvec", "--small", "--vecs", "2", "--cut", "y"]) == 2
     cap = capsys.readouterr()
     assert "bad cut 'y'" in cap.err and "# device" not in cap.out, f"a usage error before any GPU work expected: {cap}"
+
+
+def test_the_stats_column_reads_registers_local_and_shared_memory_and_lists_new_names_once(capsys):
+    """--stats on NVIDIA: "Register Count" and the memory sizes, whose upper word carries a flag (0x10 on
+    driver 580): 64 registers, 368 bytes of local and 7168 of shared memory read as 64+L368+S7168."""
+    from types import SimpleNamespace
+
+    from kbench.probes import qmatvec
+    from kbench.runtime.executables import PipelineExecutable
+
+    flag = 0x10 << 32
+    exe = PipelineExecutable(name="compute", description="", subgroup_size=32, statistics={
+        "Register Count": 64, "Local Memory Size": flag | 368, "Shared Memory Size": flag | 7168},
+        descriptions={"Register Count": "registers per thread"})
+    be = SimpleNamespace(manager=SimpleNamespace(pipeline_statistics=lambda code, spec: [exe]))
+    kernel = SimpleNamespace(spirv=lambda: b"", spec=(1,))
+    qmatvec._LISTED_STATISTICS.clear()
+    assert qmatvec.register_column(be, kernel) == "64+L368+S7168"
+    assert qmatvec.register_column(be, kernel) == "64+L368+S7168"
+    out = capsys.readouterr().out
+    assert out.count("# the driver's statistics: ") == 1, f"the names listed once expected:\n{out}"
+    assert "Register Count = 64 (registers per thread)" in out, out

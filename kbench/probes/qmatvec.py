@@ -300,20 +300,31 @@ def print_timeline(be, t: timeline.Timeline) -> None:
     print("      timeline: " + timeline.summarize(t, cu["count"] if cu else None), flush=True)
 
 
+#: statistic names already listed in this process (register_column lists a driver's names once)
+_LISTED_STATISTICS: set = set()
+
+
 def register_column(be, kernel) -> str:
     """The driver's register count per invocation of ``kernel``'s pipeline, with +L and the bytes of
-    local memory where it has any (spills, arrays indexed at run time); "-" where the device reports
-    no statistics or none by those names."""
+    local memory where it has any (spills, arrays indexed at run time) and +S those of shared memory
+    where the driver says; "-" where the device reports no statistics or none by those names.  The
+    first time a statistic's name is seen, a comment line lists it with its value and description."""
     try:
         execs = be.manager.pipeline_statistics(kernel.spirv(), np.asarray(kernel.spec, np.uint32))
     except UnsupportedFeatureError:
         return "-"
     cols = []
     for e in execs:
+        new = [k for k in e.statistics if k not in _LISTED_STATISTICS]
+        if new:
+            _LISTED_STATISTICS.update(new)
+            print("# the driver's statistics: " + "; ".join(f"{k} = {e.statistics[k]} ({e.descriptions.get(k, '')})"
+                                                             for k in new), flush=True)
         regs = [str(v) for k, v in e.statistics.items() if "register" in k.lower()]
-        # spilled or indexed arrays: local memory per invocation (NVIDIA 580 sets bit 36: the low 32 bits are bytes)
+        # NVIDIA 580's memory sizes carry 0x10 in their upper 32 bits: the low 32 bits are the bytes
         local = [v & 0xFFFFFFFF for k, v in e.statistics.items() if "local memory" in k.lower() and not isinstance(v, float)]
-        cols.append("/".join(regs) + "".join(f"+L{b}" for b in local if b))
+        shared = [v & 0xFFFFFFFF for k, v in e.statistics.items() if "shared" in k.lower() and not isinstance(v, float)]
+        cols.append("/".join(regs) + "".join(f"+L{b}" for b in local if b) + "".join(f"+S{b}" for b in shared if b))
     return "/".join(c for c in cols if c) or "-"
 
 
