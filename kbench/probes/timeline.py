@@ -78,5 +78,5 @@ def summarize(t: Timeline, compute_units: int | None = None) -> str:
     return (f"{n} workgroups over {(t.end_ns.max()) / 1e3:.1f} us; at most {conc} at once{per_cu}; "
             f"{late} started after the first had ended; each {np.median(dur) / 1e3:.2f} us "
             f"({np.percentile(dur, 10) / 1e3:.2f}-{np.percentile(dur, 90) / 1e3:.2f}), "
-            f"{int(np.median(t.steps))} steps, a step {np.median(dur / steps):.0f} ns = "
+            f"{int(np.median(t.steps))} step{'' if int(np.median(t.steps)) == 1 else 's'}, a step {np.median(dur / steps):.0f} ns = "
             f"{np.median(t.ticks / steps):.0f} ticks; starts spread over {t.start_ns.max() / 1e3:.1f} us")
