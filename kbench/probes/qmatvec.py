@@ -35,8 +35,8 @@ cut:PARTS:<spec> (PARTS: x, loads, dots, timeline joined by +) times an ablated 
 compiled here from shaders/qmatvec_packed.comp with CUT_X (x not quantized: workgroup-x variants),
 CUT_LOADS (no weight loads) or CUT_DOTS (no decoding or dot products): what is left of the time
 says where it goes (its NMSE is meaningless and not checked); timeline (TIMELINE) takes nothing out,
-its workgroups' clocks replace the results and a line sums them up (kbench/probes/timeline.py).  Three cuts keep the product exact, and
-their NMSE is checked: xfirst (CUT_X_FIRST: x's first loads issued after the weights' first batch, not
+its workgroups' clocks replace the results and a line sums them up (kbench/probes/timeline.py).
+Three cuts keep the product exact, and their NMSE is checked: xfirst (CUT_X_FIRST: x's first loads issued after the weights' first batch, not
 before it), quads (CUT_QUADS: a lane per block of x instead of the 4 lanes of a quad) and halving
 (CUT_HALVING: a team's sums reduced by a butterfly of every sum, not by halving), all of the subgroup
 variants.  With --vecs, --cut PARTS.. times the same twins of each batch's packed kernel, or of the
@@ -535,7 +535,8 @@ def main(argv=None) -> int:
                     help="with --vecs: qmatvec knobs for every batch (KernelPolicy.configure_qmatvec), e.g. "
                          "layout=packed rows=1 unroll=2")
     ap.add_argument("--cut", nargs="+", default=[], metavar="PARTS",
-                    help="with --vecs: also the packed kernel's ablated twins (as cut:PARTS: variants), e.g. x dots x+dots")
+                    help="with --vecs: also the packed kernel's ablated twins (as cut:PARTS: variants), e.g. x dots x+dots; "
+                         "timeline: the whole kernel with its workgroups' clocks (residency, a step's time)")
     ap.add_argument("--x-bits", type=int, nargs="+", default=[16], choices=(8, 16),
                     help="with --vecs: x's bits in the packed kernel (8: the faster, less exact xwg8 variant)")
     ap.add_argument("--x-from", nargs="+", default=["auto"], choices=("auto", "workgroup", "dispatch"),
