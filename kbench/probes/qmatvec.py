@@ -267,16 +267,12 @@ def twin_timeline(be, hy, n_rows: int, kernel=None, plan=None) -> timeline.Timel
 
     if plan is None:
         n = kernel.groups(n_rows)
-        buf = hy
-    elif plan.splits == 1:
-        groups = plan.grid(n_rows)
-        n = groups[0] * groups[1]
-        buf = hy
     else:
         groups = plan.grid(n_rows)
         n = groups[0] * groups[1]
-        key, size = be._scratch_bufs["qmatmul_coop_part"]
-        buf = BufferHandle(key, size)
+    buf = hy
+    if plan is not None and plan.splits > 1:
+        buf = BufferHandle(*be._scratch_bufs["qmatmul_coop_part"])
     raw = bytearray(16 * n)
     be._copy_from_device(buf, memoryview(raw))
     return timeline.parse(np.frombuffer(bytes(raw), np.uint32), n)

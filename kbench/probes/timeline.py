@@ -74,9 +74,10 @@ def summarize(t: Timeline, compute_units: int | None = None) -> str:
     late = int(np.sum(t.start_ns >= first_end))
     dur = t.end_ns - t.start_ns
     steps = np.maximum(t.steps, 1)
+    median_steps = int(np.median(t.steps))
     per_cu = f" ({conc / compute_units:.2f} per compute unit of {compute_units})" if compute_units else ""
     return (f"{n} workgroups over {(t.end_ns.max()) / 1e3:.1f} us; at most {conc} at once{per_cu}; "
             f"{late} started after the first had ended; each {np.median(dur) / 1e3:.2f} us "
             f"({np.percentile(dur, 10) / 1e3:.2f}-{np.percentile(dur, 90) / 1e3:.2f}), "
-            f"{int(np.median(t.steps))} step{'' if int(np.median(t.steps)) == 1 else 's'}, a step {np.median(dur / steps):.0f} ns = "
+            f"{median_steps} step{'' if median_steps == 1 else 's'}, a step {np.median(dur / steps):.0f} ns = "
             f"{np.median(t.ticks / steps):.0f} ticks; starts spread over {t.start_ns.max() / 1e3:.1f} us")
