@@ -205,3 +205,25 @@ void main() { uint i = gl_GlobalInvocationID.x; float x = a[i];
         parallel = time.perf_counter() - t0
         print(f"two families: serial {serial * 1e3:.2f} ms, parallel {parallel * 1e3:.2f} ms, ratio {parallel / serial:.2f}")
         assert parallel < 0.6 * serial, f"parallel {parallel:.4f}s vs serial {serial:.4f}s"
+
+
+def test_the_supported_base_features_outlive_the_query_that_filled_them(mgr):
+    """query_features hands back the base VkPhysicalDeviceFeatures it read, a view into its
+    VkPhysicalDeviceFeatures2: that struct must live as long as the view, or the features enabled at
+    device creation are read from freed memory (seen as Float64 'not enabled' under validation)."""
+    import gc
+
+    from kbench.runtime import device
+
+    pd = mgr._physical
+    api = vk.vkGetPhysicalDeviceProperties(pd).apiVersion
+    feats, supported = device.query_features(pd, api, device.device_extensions(pd))
+    gc.collect()
+    size = vk.ffi.sizeof("VkPhysicalDeviceFeatures2")
+    junk = [vk.ffi.new("VkPhysicalDeviceFeatures2 *") for _ in range(2000)]  # reuse what was freed
+    for j in junk:
+        vk.ffi.memmove(j, b"\x00" * size, size)
+    got = {"float64": supported["base"].shaderFloat64, "int64": supported["base"].shaderInt64,
+           "int16": supported["base"].shaderInt16}
+    want = {k: feats[k] for k in got}
+    assert {k: bool(v) for k, v in got.items()} == want, f"base features changed after the query: {got} vs {want}"

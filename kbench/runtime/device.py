@@ -328,7 +328,10 @@ def query_features(pd, api_version: int, extensions: set[str]) -> tuple[dict[str
         for member, key in table.items():
             feats[key] = bool(raw[member]) if raw is not None else False
     return feats, {"base": base, "f11": f11, "f12": f12, "f13": f13, "coop": coop, "coop2": coop2, "bf16": bf16,
-                   "pipeline_exec": pipeline_exec, "clock": clock}
+                   "pipeline_exec": pipeline_exec, "clock": clock,
+                   # base is a view into f2's memory, which cffi does not keep alive for it: without f2
+                   # here, enabling base's features read freed memory (validation saw Float64 not enabled)
+                   "f2": f2}
 
 
 def cooperative_matrix_properties(instance, pd, extensions: set[str]) -> list[dict[str, Any]]:
