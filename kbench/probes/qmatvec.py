@@ -506,9 +506,24 @@ def batches(args, shapes, dtypes, rng) -> int:
     return 0
 
 
+def parse_shape(text: str) -> tuple[int, int]:
+    """'ROWSxCOLS' as (n_rows, n_cols); the columns a multiple of 256 (every format's block)."""
+    try:
+        n_rows, n_cols = (int(t) for t in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape {text!r} is not ROWSxCOLS, e.g. 8192x7168") from None
+    if n_rows < 1 or n_cols < 256 or n_cols % 256:
+        raise argparse.ArgumentTypeError(f"shape {text!r}: rows must be positive and columns a positive "
+                                         "multiple of 256 (a K-format block)")
+    return n_rows, n_cols
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--small", action="store_true", help="small shapes, few variants (lavapipe)")
+    ap.add_argument("--shapes", nargs="+", type=parse_shape, default=None, metavar="ROWSxCOLS",
+                    help="matrix shapes in place of the two Llama-3-8B ones (or --small's), e.g. 8192x7168: "
+                         "the same bytes as 4096x14336 in twice the rows")
     ap.add_argument("--device", type=int, default=0)
     ap.add_argument("--dtypes", nargs="*", default=[d.name for d in DTYPES])
     ap.add_argument("--variants", nargs="*", default=None)
@@ -540,7 +555,7 @@ def main(argv=None) -> int:
                          "workgroup (in shared memory, in chunks where it does not fit whole) or a first dispatch")
     args = ap.parse_args(argv)
 
-    shapes = SMALL_SHAPES if args.small else SHAPES
+    shapes = args.shapes or (SMALL_SHAPES if args.small else SHAPES)
     if args.torch_only:
         tm = torch_mv(shapes, args.repeats or 7, args.loops or 4, 4 * L2_BYTES + 1)
         if not tm:
