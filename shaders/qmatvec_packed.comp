@@ -84,6 +84,11 @@ layout(constant_id = 6) const uint NX = 1;       // vectors x (y = W x for each;
 // floats of the reduction's shared array: WG (variant tree: one per lane, reused per sum), ROWS *
 // NX * WG / subgroup (variant sg with teams wider than a subgroup), 1 (sg otherwise: unused)
 layout(constant_id = 7) const uint PART = 1;
+// units of a row per split (0: the whole row).  Split z of the grid (gl_WorkGroupID.z) takes units
+// z * SPLIT_UNITS .. of its rows and writes its sums at z * NX * n_rows + (as y) of the output, the
+// splits' partial sums, which qmatmul_coop_io.comp's sum variant adds: long rows of few rows (4096 x
+// 14336) otherwise launch fewer workgroups than the device has compute units.
+layout(constant_id = 8) const uint SPLIT_UNITS = 0;
 const uint TEAMS = gl_WorkGroupSize.x / LANES;
 
 // QV: uvec4 of quants per block, UNITS: units per block, NQ: uvec4 per unit, UX: x blocks per unit
@@ -392,10 +397,11 @@ void load_batch(uint row0, uint b0, uint nu, uint bend) {
 #ifdef TIMELINE
 // the timeline twin (kbench/probes/timeline.py): sums are computed but not written (a never-true test
 // keeps them live), so that y holds each workgroup's record
-#define Y_OUT(i, v) if (floatBitsToUint(v) == 0x7F7FFFFEu) { y[i] = (v); }
+#define Y_OUT(i, v) if (floatBitsToUint(v) == 0x7F7FFFFEu) { y[(i) + y_at] = (v); }
 #else
-#define Y_OUT(i, v) y[i] = (v)
+#define Y_OUT(i, v) y[(i) + y_at] = (v)
 #endif
+uint y_at = 0u;  // this split's partial sums in the output (0 without splits)
 
 const uint K = ROWS * NX;  // a team's sums: row r, vector v at r * NX + v
 // K rounded up to a power of two: the halving reduction's slots (those from K on stay 0)
@@ -595,10 +601,14 @@ void main() {
     }
     uint nb = pc.n_cols >> 5u;  // x's blocks of 32
     uint nu = nb / UX;           // units per row
+    // this split's units u0 .. u1 - 1 of each row (every split has some: the policy launches no empty one)
+    uint u0 = SPLIT_UNITS > 0u ? gl_WorkGroupID.z * SPLIT_UNITS : 0u;
+    uint u1 = SPLIT_UNITS > 0u ? min(u0 + SPLIT_UNITS, nu) : nu;
+    y_at = gl_WorkGroupID.z * NX * pc.n_rows;
 #if defined(XQ_WG)
     uint cu = BLOCKS / UX;       // units per chunk of x
 #else
-    uint cu = nu;
+    uint cu = u1 - u0;
 #endif
 #if defined(XQ_WG) && defined(USE_SUBGROUP)
     // quads of the subgroup quantize x (quantize_quarter) where the subgroup holds whole quads;
@@ -610,7 +620,7 @@ void main() {
 #endif
     // the first chunk's first quarter of this lane loaded before the first batch of weights,
     // so that x is not queued behind the weight loads
-    uint cb0 = min(cu, nu) * UX;
+    uint cb0 = min(cu, u1 - u0) * UX;
     vec4 pre0 = vec4(0.0), pre1 = vec4(0.0);
 #if defined(CUT_X_FIRST)
     const bool X_FIRST = false;  // ablation: x loaded after the weights' first batch
@@ -619,13 +629,13 @@ void main() {
 #endif
     if (quads && X_FIRST && lid < 4u * NX * cb0) {
         uvec3 f = quarter_of(lid, cb0);  // of the chunk at unit 0
-        uint src = 8u * (f.x * nb + f.y) + 2u * f.z;
+        uint src = 8u * (f.x * nb + u0 * UX + f.y) + 2u * f.z;
         pre0 = x4[src];
         pre1 = x4[src + 1u];
     }
 #endif
     if (PREFETCH) {
-        load_batch(group * group_rows + team * ROWS, tl, nu, min(cu, nu));
+        load_batch(group * group_rows + team * ROWS, u0 + tl, nu, min(u0 + cu, u1));
     }
     uint held = 0xFFFFFFFFu;  // the first unit of the chunk of x in shared memory
     for (uint g = group; g * group_rows < pc.n_rows; g += n_groups) {  // uniform over the workgroup
@@ -633,8 +643,8 @@ void main() {
         [[unroll]] for (uint k = 0u; k < KP; ++k) {
             acc[k] = 0.0;
         }
-        for (uint c0 = 0u; c0 < nu; c0 += cu) {
-            uint c1 = min(c0 + cu, nu);
+        for (uint c0 = u0; c0 < u1; c0 += cu) {
+            uint c1 = min(c0 + cu, u1);
 #if defined(XQ_WG)
             if (c0 != held) {
                 if (held != 0xFFFFFFFFu) {
@@ -663,7 +673,7 @@ void main() {
                 held = c0;
             }
 #endif
-            team_units(tl, row0, nu, c0, c1, PREFETCH && g == group && c0 == 0u);
+            team_units(tl, row0, nu, c0, c1, PREFETCH && g == group && c0 == u0);
 #ifdef TIMELINE
             steps += (c1 - c0 + LANES * UNROLL - 1u) / (LANES * UNROLL);  // a team's batches
 #endif
@@ -674,7 +684,7 @@ void main() {
     if (lid == 0u) {
         uvec2 t_end = clockRealtime2x32EXT();
         uvec2 c_end = clock2x32ARB();
-        uint w = 4u * group;
+        uint w = 4u * (gl_WorkGroupID.z * n_groups + group);  // split z's records after split z - 1's
         y[w] = uintBitsToFloat(t_start.x);
         y[w + 1u] = uintBitsToFloat(t_end.x);
         y[w + 2u] = uintBitsToFloat(c_end.x - c_start.x);

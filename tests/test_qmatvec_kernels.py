@@ -114,6 +114,17 @@ CONFIGS = {
                                                     "reduce": "tree", "x_chunk": 128}}, "packed"),
     "packed-x8-chunk64": ({"qmatvec": {"layout": "packed", "x_bits": 8, "lanes": 8, "rows": 2, "x_chunk": 64}},
                           "packed"),
+    # ... each row split over 2-3 workgroups (grid z), their partial sums added by a second dispatch:
+    # splits of one unit, of partial and whole lane steps, with chunks of x, x from a dispatch, the tree
+    "packed-xwg-sg-l8r2t2-split3": ({"qmatvec": {"layout": "packed", "lanes": 8, "rows": 2, "teams": 2,
+                                                 "splits": 3}}, "packed"),
+    "packed-xwg-sg-l4r3t2g2u2-split2-chunk64": ({"qmatvec": {"layout": "packed", "lanes": 4, "rows": 3, "teams": 2,
+                                                             "groups": 2, "unroll": 2, "splits": 2, "x_chunk": 64}},
+                                                "packed"),
+    "packed-sg-l16r2-split2-dispatch": ({"qmatvec": {"layout": "packed", "lanes": 16, "rows": 2, "splits": 2,
+                                                     "xq": "dispatch"}}, "packed"),
+    "packed-xwg-tree-l8r2-split3": ({"qmatvec": {"layout": "packed", "lanes": 8, "rows": 2, "reduce": "tree",
+                                                 "splits": 3}}, "packed"),
     # x as 8-bit signed bytes (variant xwg8): held to its own quantization bound
     "packed-x8-auto": ({"qmatvec": {"layout": "packed", "x_bits": 8}}, "packed"),
     "packed-x8-tree-l8r3t2u2": ({"qmatvec": {"layout": "packed", "x_bits": 8, "lanes": 8, "rows": 3, "teams": 2,

@@ -37,6 +37,10 @@ CONFIGS = {
                                              "unroll": 2, "x_chunk": 192}},
     "packed-chunks-x8-tree": {"qmatvec": {"layout": "packed", "x_bits": 8, "reduce": "tree", "lanes": 8, "rows": 2,
                                           "x_chunk": 64}},
+    # rows split over workgroups (grid z), the splits' partial sums of every vector added by a second dispatch
+    "packed-splits": {"qmatvec": {"layout": "packed", "lanes": 8, "rows": 2, "teams": 2, "splits": 3}},
+    "packed-splits-chunks-dispatch": {"qmatvec": {"layout": "packed", "lanes": 4, "rows": 3, "teams": 2, "groups": 2,
+                                                  "unroll": 2, "splits": 2, "xq": "dispatch"}},
 }
 SHAPES = [(7, 256, 2), (13, 512, 3), (33, 1024, 8), (5, 256, 40), (9, 96, 3)]  # n_rows, n_cols, n_vecs (40: more sums
 # than lanes; 96 x 3: an odd count of x blocks per vector and in all)

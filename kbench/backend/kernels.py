@@ -117,6 +117,9 @@ class QMatvecKernel(Kernel):
     #: vectors x one dispatch multiplies (quantized_matmul's n_vecs; 1: a backend runs a batch
     #: as one call per vector)
     vectors: int = 1
+    #: workgroups along each row (grid z), each writing partial sums that :meth:`KernelPolicy.split_sum`
+    #: adds into y (1: the kernel writes y itself)
+    splits: int = 1
 
     def groups(self, n_rows: int) -> int:
         """Workgroups to launch for ``n_rows`` rows."""
@@ -217,11 +220,10 @@ class AttentionPlan:
 class QMatmulCoopPlan:
     """quantized_matmul of a batch on cooperative matrices (shaders/qmatmul_coop.comp): x made the
     B operand by ``prep``, the product by ``main`` over (row blocks, splits), the splits' partial sums
-    added by ``sum`` where there are several."""
+    added by :meth:`KernelPolicy.split_sum` where there are several."""
 
     main: Kernel
     prep: Kernel
-    sum: Kernel
     rows: int  # rows per workgroup (16 per subgroup)
     splits: int  # workgroups along each row, each taking ``bps`` blocks of 32
     bps: int
@@ -968,11 +970,12 @@ class KernelPolicy:
         byte dot per weight word instead of two, x's error about 3e-5 NMSE against float64: a faster,
         less exact kernel, never the automatic choice), ``x_chunk`` (with ``xq`` "workgroup": columns of x
         each workgroup holds in shared memory at a time, a multiple of 32 (Q4_K: 64); default: all of x
-        where it fits, else the largest chunk that does, see QMATVEC_PACKED_MIN_X_CHUNK); other formats keep
-        the GGUF kernels."""
+        where it fits, else the largest chunk that does, see QMATVEC_PACKED_MIN_X_CHUNK), ``splits``: workgroups
+        along each row, their partial sums added by a second dispatch (default QMATVEC_PACKED_SPLIT's rule);
+        other formats keep the GGUF kernels."""
         cfg = dict(config or {}, **knobs)
         unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot", "xq",
-                              "layout", "unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk",
+                              "layout", "unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk", "splits",
                               "coop", "coop_subgroups", "coop_unroll", "coop_splits", "coop_bshared", "coop_stages", "coop_depth",
                               "coop_accs"}
         if unknown:
@@ -1017,7 +1020,7 @@ class KernelPolicy:
             if cfg["x_bits"] == 8 and cfg.get("xq") == "dispatch":
                 raise ValueError("qmatvec config: x_bits=8 quantizes x in each workgroup; it cannot take "
                                  "xq='dispatch'")
-        for key in ("unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk"):
+        for key in ("unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk", "splits"):
             if cfg.get(key) is not None and cfg.get("layout") != "packed":
                 raise ValueError(f"qmatvec config: {key} is a choice of layout='packed'")
         if cfg.get("per_cu") is not None and (isinstance(cfg["per_cu"], bool) or not isinstance(cfg["per_cu"], int)
@@ -1040,7 +1043,7 @@ class KernelPolicy:
                     "coop_accs"):
             if cfg.get(key) is not None and not cfg.get("coop"):
                 raise ValueError(f"qmatvec config: {key} is a choice of coop=True")
-        for key in ("lanes", "rows", "teams", "chunk", "tile_kib", "unroll", "groups", "x_chunk",
+        for key in ("lanes", "rows", "teams", "chunk", "tile_kib", "unroll", "groups", "x_chunk", "splits",
                     "coop_subgroups", "coop_unroll", "coop_splits"):
             v = cfg.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
@@ -1188,6 +1191,37 @@ class KernelPolicy:
     #: (docs/kernel-choices.md)
     QMATVEC_PACKED_BATCH_TEAMS = (8, 8)
 
+    #: splits of each row of the packed kernel (knob ``splits``): where a matrix has fewer row groups
+    #: than this many per compute unit, its rows are split (each split at least
+    #: QMATVEC_PACKED_SPLIT_MIN_STEPS of its teams' batches long) until it has about that many
+    #: workgroups (0: never split automatically)
+    QMATVEC_PACKED_SPLIT_GROUPS_PER_CU = 0.0
+    QMATVEC_PACKED_SPLIT_MIN_STEPS = 2
+
+    def _qmatvec_packed_splits(self, nu: int, n_rows: int, group_rows: int, step: int,
+                               knob: int | None) -> tuple[int, int]:
+        """(splits, units per split) of rows of ``nu`` units: the ``splits`` knob, else
+        QMATVEC_PACKED_SPLIT_GROUPS_PER_CU's rule; a split is whole team steps (``step`` units) where
+        the row has several, and no split is empty."""
+        if knob is None:
+            want = self.QMATVEC_PACKED_SPLIT_GROUPS_PER_CU * (self.compute_units["count"] if self.compute_units else 0)
+            groups = _ceil_div(n_rows, group_rows)
+            knob = max(1, min(math.ceil(want / groups) if groups < want else 1,
+                              nu // (step * self.QMATVEC_PACKED_SPLIT_MIN_STEPS)))
+        spu = _ceil_div(nu, int(knob))
+        if spu > step:
+            spu = _ceil_div(spu, step) * step
+        splits = _ceil_div(nu, spu)
+        if splits > self.max_count[2]:
+            raise ValueError(f"quantized_matmul: {splits} splits of each row exceed the device's grid limit "
+                             f"{self.max_count[2]} in z")
+        return splits, spu
+
+    def split_sum(self) -> Kernel:
+        """The kernel that adds the splits' partial sums of a split quantized matmul into y
+        (qmatmul_coop_io.comp's sum variant: y[i] = sum over s of part[s * n + i])."""
+        return Kernel("qmatmul_coop_io.sum.spv", (self.wg, 0), PUSH_QMATMUL_COOP_SUM)
+
     def _qmatvec_packed(self, dtype: DType, n_cols: int, n_rows: int, nx: int = 1) -> QMatvecKernel:
         cfg = self.qmatvec_config
         auto = self.QMATVEC_PACKED_SHAPE
@@ -1228,6 +1262,7 @@ class KernelPolicy:
         x_bits = int(cfg.get("x_bits") or 16)
         ux = 2 if dtype == DType.Q4_K else 1  # x's blocks of 32 per unit of the kernel
         nu = blocks // ux  # units per row
+        splits, spu = self._qmatvec_packed_splits(nu, n_rows, rows * teams, lanes * unroll, cfg.get("splits"))
 
         def part_floats(rows: int, wg: int) -> int:  # the reduction's shared array (the shader's PART)
             if not subgroup:
@@ -1245,7 +1280,7 @@ class KernelPolicy:
             return min(nu, room // step * step or room // lanes * lanes or room)
 
         room = room_units(rows, wg)
-        if (xq == "workgroup" and "xq" not in cfg and x_bits == 16 and room < nu
+        if (xq == "workgroup" and "xq" not in cfg and x_bits == 16 and room < spu
                 and 32 * ux * auto_chunk(room) < self.QMATVEC_PACKED_MIN_X_CHUNK):
             xq = "dispatch"  # short chunks of x: a first dispatch quantizes it instead
         while rows > 1 and not fits(rows, wg):
@@ -1268,12 +1303,12 @@ class KernelPolicy:
                 if int(cfg["x_chunk"]) % (32 * ux):
                     raise ValueError(f"quantized_matmul: x_chunk={cfg['x_chunk']} is not a positive multiple of "
                                      f"{32 * ux} columns (the {dtype.name} kernel's unit)")
-                if min(chunk, nu) > room:
+                if min(chunk, spu) > room:
                     raise ValueError(f"quantized_matmul: x_chunk={cfg['x_chunk']} columns of {nx} vector(s) do not "
                                      f"fit in shared memory beside the partial sums: at most {32 * ux * room}")
-            elif room < nu:  # else all of x, held whole
+            elif room < spu:  # else all of the split's x, held whole
                 chunk = auto_chunk(room)
-            chunk = min(chunk, nu)
+            chunk = min(chunk, spu)
         x_shared = xq == "workgroup"
         reduce = "sg" if subgroup else "tree"
         plan = {"rows": rows * teams, "packed": True,
@@ -1285,8 +1320,9 @@ class KernelPolicy:
             cu = self.compute_units
             plan["max_groups"] = cu["count"] * max(1, min(int(per_cu), cu["threads"] // wg))
         plan["vectors"] = nx
+        plan["splits"] = splits
         spec = (wg, rows, chunk * ux if x_shared else blocks, lanes, unroll, int(prefetch), nx,
-                part_floats(rows, wg))
+                part_floats(rows, wg), spu if splits > 1 else 0)
         if x_shared:
             xwg = "xwg8" if x_bits == 8 else "xwg"
             return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.{xwg}.{reduce}.spv", spec, PUSH_QMATVEC,
@@ -1403,7 +1439,6 @@ class KernelPolicy:
                         (wg, nsg, unroll, tiles, n_vecs, int(bshared), stages, depth, accs), PUSH_QMATMUL_COOP),
             prep=Kernel("qmatmul_coop_io.x.spv", (io_wg, 1 if dtype == DType.Q4_0 else 0, int(dtype == DType.Q4_K)),
                         PUSH_QMATMUL_COOP_X),
-            sum=Kernel("qmatmul_coop_io.sum.spv", (self.wg, 0), PUSH_QMATMUL_COOP_SUM),
             rows=bm, splits=splits, bps=bps, kp8=splits * bps * 4, tiles=tiles,
             packed_bytes=self.qmatvec_packed_bytes(dtype, n_rows, n_cols))
 

@@ -447,7 +447,20 @@ class VulkanBackend(ComputeBackend):
             x = self._scratch(kernel.xq_bytes, "qmatvec_x")
             self._dispatch(xq_kernel, (input.id, x), self._policy.grid_1d(_ceil_div(elems // 4, xq_kernel.spec[0])),
                            xq_kernel.push_record(elems))
-        self._dispatch(kernel, (w, x, output.id), grid, kernel.push_record(n_rows, n_cols, row_bytes(dtype, n_cols)))
+        push = kernel.push_record(n_rows, n_cols, row_bytes(dtype, n_cols))
+        if kernel.splits == 1:
+            self._dispatch(kernel, (w, x, output.id), grid, push)
+            return
+        n = kernel.vectors * n_rows
+        part = self._scratch(4 * kernel.splits * n, "qmatvec_part")
+        self._dispatch(kernel, (w, x, part), grid[:2] + (kernel.splits,), push)
+        self._split_sum(part, output, n, kernel.splits)
+
+    def _split_sum(self, part: int, output: BufferHandle, n: int, splits: int) -> None:
+        """y[i] = the sum of the ``splits`` partial sums part[s * n + i] (a split quantized matmul's second dispatch)."""
+        total = self._policy.split_sum()
+        self._dispatch(total, (part, output.id), self._policy.grid_1d(_ceil_div(n, total.spec[0])),
+                       total.push_record(n, splits))
 
     def _qmatmul_coop_dispatch(self, plan: QMatmulCoopPlan, weights: BufferHandle, input: BufferHandle,
                                output: BufferHandle, n_rows: int, n_cols: int, dtype: DType, n_vecs: int) -> None:
@@ -464,8 +477,7 @@ class VulkanBackend(ComputeBackend):
         n = n_vecs * n_rows
         part = self._scratch(4 * plan.splits * n, "qmatmul_coop_part")
         self._dispatch(plan.main, (w, xb, part), plan.grid(n_rows), push)
-        self._dispatch(plan.sum, (part, output.id), self._policy.grid_1d(_ceil_div(n, plan.sum.spec[0])),
-                       plan.sum.push_record(n, plan.splits))
+        self._split_sum(part, output, n, plan.splits)
 
     #: device memory the repacked weight copies (qmatvec layout "packed") may hold; beyond it
     #: the least recently used copies go (and are made again on their next use)
