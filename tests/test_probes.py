@@ -200,3 +200,29 @@ def test_the_stats_column_reads_registers_local_and_shared_memory_and_lists_new_
     out = capsys.readouterr().out
     assert out.count("# the driver's statistics: ") == 1, f"the names listed once expected:\n{out}"
     assert "Register Count = 64 (registers per thread)" in out, out
+
+
+def test_the_timeline_twin_of_a_split_kernel_records_every_split_of_every_row_group(capsys):
+    """--knobs splits=2 --cut timeline: the records land in the splits' partial sums, one per workgroup
+    of the grid's z too, and the product of the shipped kernel stays exact."""
+    if not _has_int_dot():
+        pytest.skip("the device has no shaderIntegerDotProduct (the packed kernel needs it)")
+    from kbench.probes import timeline
+    from kbench.runtime import Manager
+
+    mgr = Manager()
+    why = timeline.unsupported(mgr.get_device_properties()["features"])
+    mgr.destroy()
+    if why:
+        pytest.skip(why)
+    assert main(["probe", "qmatvec", "--small", "--vecs", "1", "--dtypes", "Q4_0", "--repeats", "1", "--knobs",
+                 "layout=packed", "splits=2", "lanes=8", "teams=2", "--cut", "timeline"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith("Q4_0") and "cut:" not in line]
+    assert len(rows) == 2 and all("s2" in r for r in rows), f"the split kernel (s2) per shape expected:\n{out}"
+    assert all(float(r[-2]) < 1e-8 for r in rows), f"split products off against float64:\n{out}"
+    lines = [line for line in out.splitlines() if line.lstrip().startswith("timeline:")]
+    # 8 rows a workgroup (2 teams of 4 short rows): 96 rows 12 row groups, 32 rows 4; two splits each
+    assert len(lines) == 2, f"a timeline line per shape expected:\n{out}"
+    for line, groups in zip(lines, (24, 8)):
+        assert f"{groups} workgroups over" in line, f"{groups} workgroups expected in {line!r}\n{out}"

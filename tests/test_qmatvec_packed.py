@@ -550,3 +550,24 @@ def test_eight_bit_x_of_many_vectors_or_long_rows_is_held_in_chunks():
     assert ".xwg8." in k.spv and k.spec[2] == 128, k
     k = pol.qmatvec(DType.Q4_0, 14336, 4096, 8)  # 8 x 19 KiB: chunks
     assert ".xwg8." in k.spv and k.spec[2] < 448 and 8 * 44 * k.spec[2] + 4 * k.spec[7] <= 49152, k
+
+
+def test_a_splits_knob_splits_each_row_into_whole_team_steps_and_no_split_is_empty():
+    pol = KernelPolicy(_props(integer_dot_product=True))
+    pol.configure_qmatvec(layout="packed", splits=2)
+    k = pol.qmatvec(DType.Q4_0, 14336, 4096)  # 448 units a row; long rows: 32 lanes x 2 units a step
+    assert (k.splits, k.spec[8]) == (2, 256), f"2 splits of 256 units (4 steps of 64), got {k.splits} x {k.spec[8]}"
+    assert k.spec[2] == 256, f"each workgroup holds its split's 256 blocks of x, got {k.spec[2]}"
+    pol.configure_qmatvec(layout="packed", splits=3)
+    k = pol.qmatvec(DType.Q4_0, 14336, 4096)
+    assert (k.splits, k.spec[8]) == (3, 192), f"150 units rounded up to 3 steps: 192, 192, 64; got {k.splits} x {k.spec[8]}"
+    pol.configure_qmatvec(layout="packed", splits=64)
+    k = pol.qmatvec(DType.Q4_0, 256, 16)  # 8 units a row: at most 8 splits of one unit
+    assert (k.splits, k.spec[8]) == (8, 1), (k.splits, k.spec[8])
+    pol.configure_qmatvec(layout="packed")
+    k = pol.qmatvec(DType.Q4_0, 14336, 4096)
+    assert k.splits == 1 and k.spec[8] == 0, "no knob, no compute-unit count: whole rows"
+    with pytest.raises(ValueError, match="splits is a choice of layout='packed'"):
+        pol.configure_qmatvec(splits=2)
+    with pytest.raises(ValueError, match="splits must be a positive int, got 0"):
+        pol.configure_qmatvec(layout="packed", splits=0)

@@ -260,19 +260,19 @@ def cut_kernel(be, kernel, cut, coop=None):
 
 
 def twin_timeline(be, hy, n_rows: int, kernel=None, plan=None) -> timeline.Timeline:
-    """The records a timeline twin left in its output (the last call's): the packed ``kernel``'s in y;
-    the cooperative-matrix ``plan``'s in y where it has one split, else in the scratch of the splits'
-    partial sums."""
+    """The records a timeline twin left in its output (the last call's): in y where the kernel (the
+    packed ``kernel`` or the cooperative-matrix ``plan``) has one split, else in the scratch of the
+    splits' partial sums."""
     from kbench.backend.base import BufferHandle
 
     if plan is None:
-        n = kernel.groups(n_rows)
+        n, splits, scratch = kernel.groups(n_rows) * kernel.splits, kernel.splits, "qmatvec_part"
     else:
         groups = plan.grid(n_rows)
-        n = groups[0] * groups[1]
+        n, splits, scratch = groups[0] * groups[1], plan.splits, "qmatmul_coop_part"
     buf = hy
-    if plan is not None and plan.splits > 1:
-        buf = BufferHandle(*be._scratch_bufs["qmatmul_coop_part"])
+    if splits > 1:
+        buf = BufferHandle(*be._scratch_bufs[scratch])
     raw = bytearray(16 * n)
     be._copy_from_device(buf, memoryview(raw))
     return timeline.parse(np.frombuffer(bytes(raw), np.uint32), n)
@@ -285,7 +285,7 @@ def timeline_unfit(be, kernel, n_rows: int, n_vecs: int = 1) -> str:
     why = timeline.unsupported(be.device_properties["features"])
     if why or kernel is None:
         return why
-    n = kernel.groups(n_rows)
+    n = kernel.groups(n_rows)  # per split: each split's records go where its partial sums would
     if 4 * n > n_vecs * n_rows:
         return f"{n} workgroups' records (4 words each) do not fit y's {n_vecs * n_rows} floats"
     return ""
@@ -463,6 +463,7 @@ def batches(args, shapes, dtypes, rng) -> int:
                         name = f"{kernel.spv.replace('.spv', '')} s{coop.splits}" + (" bsh" if kernel.spec[5] else "")
                     else:
                         name = kernel.spv.replace(".spv", "") + ("" if kernel.vectors == nv else f" x{nv} calls")
+                        name += f" s{kernel.splits}" if kernel.splits > 1 else ""  # rows split over workgroups
                     if cut:
                         if not cut_applies(kernel, cut, coop=coop is not None):
                             continue
