@@ -57,6 +57,14 @@
 // kbench: variant q4_k.xwg.tree QT_Q4_K XQ_WG target=vulkan1.1
 // kbench: variant q4_k.xwg8.sg QT_Q4_K XQ_WG X8 USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_k.xwg8.tree QT_Q4_K XQ_WG X8 target=vulkan1.1
+// kbench: variant q4_0.last.sg QT_Q4_0 SPLIT_LAST USE_SUBGROUP target=vulkan1.1
+// kbench: variant q8_0.last.sg QT_Q8_0 SPLIT_LAST USE_SUBGROUP target=vulkan1.1
+// kbench: variant q6_k.last.sg QT_Q6_K SPLIT_LAST USE_SUBGROUP target=vulkan1.1
+// kbench: variant q4_k.last.sg QT_Q4_K SPLIT_LAST USE_SUBGROUP target=vulkan1.1
+// kbench: variant q4_0.xwg.last.sg QT_Q4_0 XQ_WG SPLIT_LAST USE_SUBGROUP target=vulkan1.1
+// kbench: variant q8_0.xwg.last.sg QT_Q8_0 XQ_WG SPLIT_LAST USE_SUBGROUP target=vulkan1.1
+// kbench: variant q6_k.xwg.last.sg QT_Q6_K XQ_WG SPLIT_LAST USE_SUBGROUP target=vulkan1.1
+// kbench: variant q4_k.xwg.last.sg QT_Q4_K XQ_WG SPLIT_LAST USE_SUBGROUP target=vulkan1.1
 
 #if defined(USE_SUBGROUP)
 #extension GL_KHR_shader_subgroup_basic : require
@@ -87,7 +95,8 @@ layout(constant_id = 7) const uint PART = 1;
 // units of a row per split (0: the whole row).  Split z of the grid (gl_WorkGroupID.z) takes units
 // z * SPLIT_UNITS .. of its rows and writes its sums at z * NX * n_rows + (as y) of the output, the
 // splits' partial sums, which qmatmul_coop_io.comp's sum variant adds: long rows of few rows (4096 x
-// 14336) otherwise launch fewer workgroups than the device has compute units.
+// 14336) otherwise launch fewer workgroups than the device has compute units.  Variants *.last.*:
+// no second dispatch; the last split of a row group to finish adds the partial sums (split_finish).
 layout(constant_id = 8) const uint SPLIT_UNITS = 0;
 const uint TEAMS = gl_WorkGroupSize.x / LANES;
 
@@ -119,7 +128,16 @@ shared ivec2 sxsum[BLOCKS * NX];     // sums of q over elements 0..15 and 16..31
 #else
 layout(std430, binding = 1) readonly buffer XQ { uvec4 xq[]; };
 #endif
+#if defined(SPLIT_LAST)
+// the splits' partial sums (read back by the last split: coherent), y, and each row group's count of
+// splits done (zero between dispatches: the last split re-arms it)
+layout(std430, binding = 2) coherent buffer Output { float y[]; };
+layout(std430, binding = 3) writeonly buffer Final { float yf[]; };
+layout(std430, binding = 4) coherent buffer Arrivals { uint arrived[]; };
+shared bool s_last;
+#else
 layout(std430, binding = 2) writeonly buffer Output { float y[]; };
+#endif
 
 layout(push_constant) uniform Push {
     uint n_rows;
@@ -582,6 +600,39 @@ void team_write(uint team, uint tl, uint lid, uint row0) {
 #endif
 }
 
+#if defined(SPLIT_LAST)
+// After split z of row group g has written its partial sums: the last of the group's splits to get
+// here adds them up, in split order as qmatmul_coop_io.comp's sum variant does (the same bits), into
+// y, and sets the group's count back to zero.  Each split's writes are made visible device-wide
+// (memoryBarrierBuffer) before its count is raised; the last reads them through a coherent binding.
+void split_finish(uint g, uint lid, uint group_rows) {
+    memoryBarrierBuffer();
+    barrier();
+    if (lid == 0u) {
+        s_last = atomicAdd(arrived[g], 1u) == gl_NumWorkGroups.z - 1u;
+    }
+    barrier();
+    if (s_last) {  // the same for the whole workgroup
+        memoryBarrierBuffer();
+        uint row0 = g * group_rows;
+        uint n = min(group_rows, pc.n_rows - row0);
+        uint stride = NX * pc.n_rows;
+        for (uint i = lid; i < NX * n; i += gl_WorkGroupSize.x) {
+            uint v = i / n;
+            uint at = v * pc.n_rows + row0 + (i - v * n);
+            float sum = 0.0;
+            for (uint z = 0u; z < gl_NumWorkGroups.z; ++z) {
+                sum += y[z * stride + at];
+            }
+            yf[at] = sum;
+        }
+        if (lid == 0u) {
+            arrived[g] = 0u;
+        }
+    }
+}
+#endif
+
 // Workgroups take row groups (TEAMS * ROWS rows) group, group + n_groups, ...: one each where
 // the grid covers the matrix; several where the policy launches about as many workgroups as
 // the device holds at once (whole waves, and x quantized once per workgroup where it fits whole).
@@ -679,6 +730,9 @@ void main() {
 #endif
         }
         team_write(team, tl, lid, row0);
+#if defined(SPLIT_LAST)
+        split_finish(g, lid, group_rows);
+#endif
     }
 #ifdef TIMELINE
     if (lid == 0u) {

@@ -123,6 +123,11 @@ CONFIGS = {
                                                 "packed"),
     "packed-sg-l16r2-split2-dispatch": ({"qmatvec": {"layout": "packed", "lanes": 16, "rows": 2, "splits": 2,
                                                      "xq": "dispatch"}}, "packed"),
+    "packed-xwg-sg-l8r2t2-split3-last": ({"qmatvec": {"layout": "packed", "lanes": 8, "rows": 2, "teams": 2,
+                                                      "splits": 3, "split_sum": "last"}}, "packed"),
+    "packed-sg-l4r3t2g2-split2-last-dispatch": ({"qmatvec": {"layout": "packed", "lanes": 4, "rows": 3, "teams": 2,
+                                                             "groups": 2, "splits": 2, "split_sum": "last",
+                                                             "xq": "dispatch"}}, "packed"),
     "packed-xwg-tree-l8r2-split3": ({"qmatvec": {"layout": "packed", "lanes": 8, "rows": 2, "reduce": "tree",
                                                  "splits": 3}}, "packed"),
     # x as 8-bit signed bytes (variant xwg8): held to its own quantization bound

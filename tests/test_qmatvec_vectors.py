@@ -39,6 +39,10 @@ CONFIGS = {
                                           "x_chunk": 64}},
     # rows split over workgroups (grid z), the splits' partial sums of every vector added by a second dispatch
     "packed-splits": {"qmatvec": {"layout": "packed", "lanes": 8, "rows": 2, "teams": 2, "splits": 3}},
+    "packed-splits-last": {"qmatvec": {"layout": "packed", "lanes": 8, "rows": 2, "teams": 2, "splits": 3,
+                                       "split_sum": "last"}},
+    "packed-splits-last-groups": {"qmatvec": {"layout": "packed", "lanes": 4, "rows": 3, "teams": 2, "groups": 2,
+                                              "unroll": 2, "splits": 2, "split_sum": "last", "x_chunk": 64}},
     "packed-splits-chunks-dispatch": {"qmatvec": {"layout": "packed", "lanes": 4, "rows": 3, "teams": 2, "groups": 2,
                                                   "unroll": 2, "splits": 2, "xq": "dispatch"}},
 }
@@ -166,3 +170,29 @@ def test_batches_of_eight_vectors_take_the_packed_kernels_batch_teams_and_fewer_
         assert pol.qmatvec(DType.Q4_0, 4096, 14336, from_vecs).spec[0] == 2 * lanes, "the teams knob was overruled"
     finally:
         pol.configure_qmatvec({"layout": "packed"})
+
+
+@pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
+@pytest.mark.parametrize("dtype", [DType.Q4_0, DType.Q8_0, DType.Q6_K, DType.Q4_K], ids=lambda d: d.name)
+def test_splits_summed_by_their_last_workgroup_give_the_bits_of_the_second_dispatch_call_after_call(dtype):
+    # split_sum="last" adds the partial sums in split order, as the sum dispatch does: the same bits.
+    # Three calls in a row on one backend: each row group's count must be back at zero for the next
+    # call, else its last split never comes and y keeps the guard values run_batch wrote there
+    feats = kp.list_devices()[0].get("features", {})
+    if not (feats.get("integer_dot_product") and feats.get("subgroup_shuffle")):
+        pytest.skip("the device has no shaderIntegerDotProduct or no subgroup shuffles")
+    n_rows, n_cols, n_vecs = 21, 1536, 2
+    rng = np.random.default_rng(7 + int(dtype))
+    raw = quantize(rng.uniform(-1, 1, (n_rows, n_cols)).astype(np.float32), dtype)
+    xs = [rng.uniform(-1, 1, (n_vecs, n_cols)).astype(np.float32) for _ in range(3)]
+    knobs = {"layout": "packed", "lanes": 8, "rows": 2, "teams": 2, "splits": 3}
+    got = {}
+    for how in ("last", "dispatch"):
+        with VulkanBackend(qmatvec={**knobs, "split_sum": how}) as be:
+            kernel = be._policy.qmatvec(dtype, n_cols, n_rows, n_vecs)  # noqa: SLF001
+            assert kernel.splits == 3 and kernel.split_last == (how == "last"), kernel
+            got[how] = [run_batch(be, dtype, raw, x, n_rows, n_cols, n_vecs) for x in xs]
+    for call, (a, b) in enumerate(zip(got["last"], got["dispatch"])):
+        diff = np.flatnonzero(a.view(np.uint32) != b.view(np.uint32))
+        assert diff.size == 0, (f"{dtype.name} call {call}: {diff.size} floats differ, first at {diff[0]}: "
+                                f"{a[diff[0]]!r} (last split) vs {b[diff[0]]!r} (sum dispatch)")

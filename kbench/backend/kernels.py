@@ -120,6 +120,9 @@ class QMatvecKernel(Kernel):
     #: workgroups along each row (grid z), each writing partial sums that :meth:`KernelPolicy.split_sum`
     #: adds into y (1: the kernel writes y itself)
     splits: int = 1
+    #: the splits' sums added by the kernel itself (the last split of each row group; bindings: weights,
+    #: x, partial sums, y, a count per row group starting at zero), not by a second dispatch
+    split_last: bool = False
 
     def groups(self, n_rows: int) -> int:
         """Workgroups to launch for ``n_rows`` rows."""
@@ -971,11 +974,13 @@ class KernelPolicy:
         less exact kernel, never the automatic choice), ``x_chunk`` (with ``xq`` "workgroup": columns of x
         each workgroup holds in shared memory at a time, a multiple of 32 (Q4_K: 64); default: all of x
         where it fits, else the largest chunk that does, see QMATVEC_PACKED_MIN_X_CHUNK), ``splits``: workgroups
-        along each row, their partial sums added by a second dispatch (default QMATVEC_PACKED_SPLIT's rule);
-        other formats keep the GGUF kernels."""
+        along each row (default QMATVEC_PACKED_SPLIT_GROUPS_PER_CU's rule), their partial sums added by
+        ``split_sum`` "dispatch" (a second dispatch) or "last" (the last split of each row group, in the
+        kernel; 16-bit x and subgroup sums only; default QMATVEC_PACKED_SPLIT_SUM); other formats keep the
+        GGUF kernels."""
         cfg = dict(config or {}, **knobs)
         unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot", "xq",
-                              "layout", "unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk", "splits",
+                              "layout", "unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk", "splits", "split_sum",
                               "coop", "coop_subgroups", "coop_unroll", "coop_splits", "coop_bshared", "coop_stages", "coop_depth",
                               "coop_accs"}
         if unknown:
@@ -1020,13 +1025,15 @@ class KernelPolicy:
             if cfg["x_bits"] == 8 and cfg.get("xq") == "dispatch":
                 raise ValueError("qmatvec config: x_bits=8 quantizes x in each workgroup; it cannot take "
                                  "xq='dispatch'")
-        for key in ("unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk", "splits"):
+        for key in ("unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk", "splits", "split_sum"):
             if cfg.get(key) is not None and cfg.get("layout") != "packed":
                 raise ValueError(f"qmatvec config: {key} is a choice of layout='packed'")
         if cfg.get("per_cu") is not None and (isinstance(cfg["per_cu"], bool) or not isinstance(cfg["per_cu"], int)
                                               or cfg["per_cu"] < 0):
             raise ValueError(f"qmatvec config: per_cu must be an int >= 0 (0: one workgroup per row group), "
                              f"got {cfg['per_cu']!r}")
+        if cfg.get("split_sum", "dispatch") not in ("dispatch", "last"):
+            raise ValueError(f"qmatvec config: split_sum must be dispatch or last, got {cfg['split_sum']!r}")
         if cfg.get("x_chunk") is not None and cfg.get("xq") == "dispatch":
             raise ValueError("qmatvec config: x_chunk is the chunk of x each workgroup holds; it cannot take "
                              "xq='dispatch'")
@@ -1197,6 +1204,9 @@ class KernelPolicy:
     #: workgroups (0: never split automatically)
     QMATVEC_PACKED_SPLIT_GROUPS_PER_CU = 0.0
     QMATVEC_PACKED_SPLIT_MIN_STEPS = 2
+    #: who adds the splits' partial sums: "dispatch" (qmatmul_coop_io's sum, a second dispatch) or
+    #: "last" (the last split of each row group, in the kernel: variants *.last.*, 16-bit x, subgroup sums)
+    QMATVEC_PACKED_SPLIT_SUM = "dispatch"
 
     def _qmatvec_packed_splits(self, nu: int, n_rows: int, group_rows: int, step: int,
                                knob: int | None) -> tuple[int, int]:
@@ -1311,6 +1321,14 @@ class KernelPolicy:
             chunk = min(chunk, spu)
         x_shared = xq == "workgroup"
         reduce = "sg" if subgroup else "tree"
+        last = splits > 1 and cfg.get("split_sum", self.QMATVEC_PACKED_SPLIT_SUM) == "last"
+        if last and (not subgroup or x_bits == 8):
+            if cfg.get("split_sum") == "last":
+                raise ValueError("quantized_matmul: split_sum='last' has variants for 16-bit x with subgroup "
+                                 "sums only" + ("" if subgroup else " (this kernel sums by a shared-memory tree)"))
+            last = False  # the automatic choice: the second dispatch there
+        if last:
+            reduce = "last." + reduce
         plan = {"rows": rows * teams, "packed": True,
                 "packed_bytes": self.qmatvec_packed_bytes(dtype, n_rows, n_cols)}
         per_cu = cfg.get("per_cu", auto["per_cu"])
@@ -1321,6 +1339,7 @@ class KernelPolicy:
             plan["max_groups"] = cu["count"] * max(1, min(int(per_cu), cu["threads"] // wg))
         plan["vectors"] = nx
         plan["splits"] = splits
+        plan["split_last"] = last
         spec = (wg, rows, chunk * ux if x_shared else blocks, lanes, unroll, int(prefetch), nx,
                 part_floats(rows, wg), spu if splits > 1 else 0)
         if x_shared:

@@ -453,6 +453,10 @@ class VulkanBackend(ComputeBackend):
             return
         n = kernel.vectors * n_rows
         part = self._scratch(4 * kernel.splits * n, "qmatvec_part")
+        if kernel.split_last:  # a count per row group, zero between calls (a new scratch buffer is zero-filled)
+            arrivals = self._scratch(4 * _ceil_div(n_rows, kernel.rows), "qmatvec_arrivals")
+            self._dispatch(kernel, (w, x, part, output.id, arrivals), grid[:2] + (kernel.splits,), push)
+            return
         self._dispatch(kernel, (w, x, part), grid[:2] + (kernel.splits,), push)
         self._split_sum(part, output, n, kernel.splits)
 
