@@ -27,8 +27,8 @@
 #       knob sets (each with the twins of $COOP_KNOB_CUTS, default: its timeline)
 # units: one vector of every format with the packed kernel's timeline, then batches of 2, 4, 8 vectors beside
 #        torch's fp16 mm (Q6_K's packed layout by unit, README round 8); about 4 minutes
-# splits: the packed kernel with its rows split over $SPLITS (default "2 4") workgroups each (knob splits, partial
-#         sums added by a second dispatch) for 1 and 8 vectors, beside the automatic kernel's and torch's figures of
+# splits: the packed kernel with its rows split over $SPLITS (default "2 2:last 4:last") workgroups each (knob splits;
+#         partial sums added by a second dispatch, or with :last by the last split) for 1 and 8 vectors, beside the automatic kernel's and torch's figures of
 #         the same call; with $SPLIT_CUT=timeline also each split kernel's timeline; about 3 minutes
 # kquants: one vector of Q4_K and Q6_K (the ggml gaps of round 5) under the GGUF kernels, packed and fp32-decoding
 #          shapes beside the automatic kernel (ggml's Q4_K reads x as fp32 with 16 lanes a superblock, 2 rows a
@@ -156,8 +156,8 @@ elif [ "$what" = units ]; then
   grep -v "^# warmed" "$out/probe_one.log" "$out/probe_vecs.log"
 elif [ "$what" = splits ]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
-  for sp in auto ${SPLITS:-2 4}; do
-    kn=(layout=packed); [ "$sp" != auto ] && kn+=("splits=$sp")
+  for sp in auto ${SPLITS:-2 2:last 4:last}; do
+    kn=(layout=packed); [ "$sp" != auto ] && kn+=("splits=${sp%%:*}"); [ "${sp#*:}" = last ] && kn+=(split_sum=last)
     echo "## knobs ${kn[*]}"
     # shellcheck disable=SC2086
     timeout ${SPLIT_S:-75} python3 -m kbench.probes qmatvec --vecs 1 8 --repeats 3 --stats --knobs "${kn[@]}" \
