@@ -107,9 +107,8 @@ def test_a_cut_twin_is_the_shipped_packed_kernel_compiled_with_its_cut_defines()
         be.close()
 
 
-def test_the_packed_kernels_timeline_twin_says_each_workgroups_residency_and_steps(capsys):
-    """kbench probe qmatvec cut:timeline:<packed spec>: the whole kernel runs, its workgroups' records
-    replace y, and the summary line counts every workgroup of the grid with its batches."""
+def _skip_unless_packed_timeline() -> None:
+    """Skips where the packed kernel (integer dot products) or its timeline twin (device clocks) cannot run."""
     if not _has_int_dot():
         pytest.skip("the device has no shaderIntegerDotProduct (the packed kernel needs it)")
     from kbench.probes import timeline
@@ -120,6 +119,12 @@ def test_the_packed_kernels_timeline_twin_says_each_workgroups_residency_and_ste
     mgr.destroy()
     if why:
         pytest.skip(why)
+
+
+def test_the_packed_kernels_timeline_twin_says_each_workgroups_residency_and_steps(capsys):
+    """kbench probe qmatvec cut:timeline:<packed spec>: the whole kernel runs, its workgroups' records
+    replace y, and the summary line counts every workgroup of the grid with its batches."""
+    _skip_unless_packed_timeline()
     assert main(["probe", "qmatvec", "--small", "--dtypes", "Q4_0", "--repeats", "1", "--variants",
                  "cut:timeline:packedw:8:2:4", "cut:timeline:packedw:8:2:1"]) == 0
     out = capsys.readouterr().out
@@ -205,16 +210,7 @@ def test_the_stats_column_reads_registers_local_and_shared_memory_and_lists_new_
 def test_the_timeline_twin_of_a_split_kernel_records_every_split_of_every_row_group(capsys):
     """--knobs splits=2 --cut timeline: the records land in the splits' partial sums, one per workgroup
     of the grid's z too, and the product of the shipped kernel stays exact."""
-    if not _has_int_dot():
-        pytest.skip("the device has no shaderIntegerDotProduct (the packed kernel needs it)")
-    from kbench.probes import timeline
-    from kbench.runtime import Manager
-
-    mgr = Manager()
-    why = timeline.unsupported(mgr.get_device_properties()["features"])
-    mgr.destroy()
-    if why:
-        pytest.skip(why)
+    _skip_unless_packed_timeline()
     assert main(["probe", "qmatvec", "--small", "--vecs", "1", "--dtypes", "Q4_0", "--repeats", "1", "--knobs",
                  "layout=packed", "splits=2", "lanes=8", "teams=2", "--cut", "timeline"]) == 0
     out = capsys.readouterr().out
