@@ -48,11 +48,15 @@ fi
 if [ ! -d "$src" ]; then
   git clone -q "$GGML_REPO" "$src"
 fi
-if [ -d "$src/.git" ] || git -C "$src" rev-parse HEAD >/dev/null 2>&1; then
+# only a checkout of its own: an exported snapshot inside this repository would otherwise answer with (and
+# check out in) kbench's own history
+if [ "$(git -C "$src" rev-parse --show-toplevel 2>/dev/null)" = "$(cd "$src" && pwd -P)" ]; then
   have=$(git -C "$src" rev-parse HEAD)
   if [ "$have" != "$GGML_COMMIT" ]; then
     git -C "$src" checkout -q "$GGML_COMMIT"
   fi
+else
+  echo "$src is not a git checkout: taken as a snapshot of ggml at $GGML_COMMIT"
 fi
 cmake -S "$src" -B "$src/$build" -DGGML_VULKAN=ON -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release \
   -DGGML_NATIVE=OFF -DGGML_BUILD_TESTS=ON -DGGML_BUILD_EXAMPLES=OFF \
