@@ -154,20 +154,30 @@ def test_x_quantized_by_each_workgroup_gives_the_products_of_x_quantized_by_a_fi
 
 
 @pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
-def test_batches_of_eight_vectors_take_the_packed_kernels_batch_teams_and_fewer_keep_sixteen():
-    """QMATVEC_PACKED_BATCH_TEAMS: 8 vectors of a model-sized matrix run 8 teams of 32 lanes a workgroup
-    (timed faster on the H100), 4 vectors keep 16; a teams knob still wins over both."""
+def test_batches_of_eight_vectors_take_the_packed_kernels_batch_shape_and_fewer_keep_sixteen_teams():
+    """QMATVEC_PACKED_BATCH_TEAMS and its per-format exceptions (QMATVEC_PACKED_BATCH_SHAPES): 8 vectors
+    of a model-sized matrix run 8 teams of 32 lanes a workgroup, or the exception's teams, rows and
+    units ahead (each timed faster on the H100); 4 vectors keep 16 teams; a knob wins over all of them."""
     from kbench.backend.kernels import KernelPolicy
 
     be = _backend("packed-xwg")
     pol = be._policy
     from_vecs, teams = KernelPolicy.QMATVEC_PACKED_BATCH_TEAMS
     lanes = KernelPolicy.QMATVEC_PACKED_SHAPE["lanes"]
-    wg = {nv: pol.qmatvec(DType.Q4_0, 4096, 14336, nv).spec[0] for nv in (from_vecs - 4, from_vecs)}
+    short, long_ = (4096, 14336), (14336, 4096)  # (columns, rows): short rows, long rows
+    assert (DType.Q8_0, "short") not in KernelPolicy.QMATVEC_PACKED_BATCH_SHAPES, "the test needs a format without one"
+    wg = {nv: pol.qmatvec(DType.Q8_0, *short, nv).spec[0] for nv in (from_vecs - 4, from_vecs)}
     assert wg == {from_vecs - 4: lanes * KernelPolicy.QMATVEC_PACKED_SHAPE["teams"], from_vecs: lanes * teams}, wg
+    for (dtype, row_class), shape in KernelPolicy.QMATVEC_PACKED_BATCH_SHAPES.items():
+        spec = pol.qmatvec(dtype, *(short if row_class == "short" else long_), from_vecs).spec
+        got = {"teams": spec[0] // lanes, "rows": spec[1], "unroll": spec[4]}
+        assert all(got[k] == v for k, v in shape.items()), f"{dtype.name} {row_class}: {shape} expected, got {got}"
+        fewer = pol.qmatvec(dtype, *(short if row_class == "short" else long_), from_vecs - 4).spec
+        assert fewer[0] != spec[0] or fewer[1] != spec[1] or fewer[4] != spec[4], \
+            f"{dtype.name} {row_class}: 4 vectors took the 8-vector exception {shape}"
     pol.configure_qmatvec({"layout": "packed", "teams": 2})
     try:
-        assert pol.qmatvec(DType.Q4_0, 4096, 14336, from_vecs).spec[0] == 2 * lanes, "the teams knob was overruled"
+        assert pol.qmatvec(DType.Q4_0, *short, from_vecs).spec[0] == 2 * lanes, "the teams knob was overruled"
     finally:
         pol.configure_qmatvec({"layout": "packed"})
 

@@ -1197,6 +1197,17 @@ class KernelPolicy:
     #: 8 vectors of Q4_0 46.6 / 50.9 us against 50.3 / 53.7 with 16 teams, torch fp16 mm 50.9 / 50.7
     #: (docs/kernel-choices.md)
     QMATVEC_PACKED_BATCH_TEAMS = (8, 8)
+    #: (format, row class) -> the batch shape's exceptions (teams, rows per team, units ahead) from
+    #: QMATVEC_PACKED_BATCH_TEAMS' vectors on, each where the driver's registers left one workgroup
+    #: per SM: 4 teams of short rows for Q4_0, Q4_K, Q6_K (two or three workgroups per SM; Q8_0's 8
+    #: teams already had two), 2 rows a team one unit ahead for Q4_K's long rows (128 registers
+    #: where 175), H100, 8 vectors (docs/kernel-choices.md)
+    QMATVEC_PACKED_BATCH_SHAPES = {
+        (DType.Q4_0, "short"): {"teams": 4},
+        (DType.Q4_K, "short"): {"teams": 4},
+        (DType.Q6_K, "short"): {"teams": 4},
+        (DType.Q4_K, "long"): {"rows": 2, "unroll": 1},
+    }
 
     #: splits of each row of the packed kernel (knob ``splits``): where a matrix has fewer row groups
     #: than this many per compute unit, its rows are split (each split at least
@@ -1248,6 +1259,9 @@ class KernelPolicy:
                              f"{self.subgroup_size}-wide subgroups")
         row_class = "long" if blocks >= self.QMATVEC_PACKED_LONG_ROW_UNITS else "short"
         auto_rows, auto_unroll = self.QMATVEC_PACKED_ROWS[row_class]
+        from_vecs, batch_teams = self.QMATVEC_PACKED_BATCH_TEAMS
+        batch = self.QMATVEC_PACKED_BATCH_SHAPES.get((dtype, row_class), {}) if nx >= from_vecs else {}
+        auto_rows, auto_unroll = batch.get("rows", auto_rows), batch.get("unroll", auto_unroll)
         prefetch = cfg.get("prefetch")
         if prefetch is None:
             prefetch = nx > 1 or (dtype, row_class) not in self.QMATVEC_PACKED_NO_PREFETCH
@@ -1256,8 +1270,7 @@ class KernelPolicy:
         # several sums each)
         rows = max(1, min(int(cfg.get("rows") or auto_rows), max(1, lanes // nx)))
         unroll = int(cfg.get("unroll") or auto_unroll)
-        from_vecs, batch_teams = self.QMATVEC_PACKED_BATCH_TEAMS
-        auto_teams = batch_teams if nx >= from_vecs else auto["teams"]
+        auto_teams = batch.get("teams", batch_teams) if nx >= from_vecs else auto["teams"]
         teams = max(1, min(int(cfg.get("teams") or auto_teams), limit // lanes))
         if not cfg.get("teams"):  # small matrices: fewer teams, so that every compute unit gets work
             want = (self.compute_units["count"] * self.QMATVEC_PACKED_MIN_GROUPS_PER_CU if self.compute_units
