@@ -374,7 +374,7 @@ def test_the_automatic_layout_packs_only_large_products_on_gpus(monkeypatch):
     gpu = KernelPolicy(_props(integer_dot_product=True))
     assert gpu.qmatvec(DType.Q8_0, 4096, 14336).packed
     assert not gpu.qmatvec(DType.Q8_0, 64, 7).packed, "small products stay exact"
-    assert not gpu.qmatvec(DType.Q4_K, 4096, 14336).packed, "Q4_K's packed kernel is not timed yet: GGUF's"
+    assert gpu.qmatvec(DType.Q4_K, 4096, 14336).packed, "Q4_K's packed kernel (its one-vector shapes) is timed faster"
     no_dot = KernelPolicy(_props())
     assert not no_dot.qmatvec(DType.Q8_0, 4096, 14336).packed
     cpu = KernelPolicy({**_props(integer_dot_product=True), "device_type": "cpu"})
@@ -399,18 +399,21 @@ def test_repack_and_product_spread_their_grids_past_the_x_limit(xq):
         p.check(f"1000 x 256 on a spread grid, xq={xq}")
 
 
-def test_the_automatic_choice_keeps_gguf_for_one_q4_k_vector_and_packs_q4_k_batches(monkeypatch):
-    # the packed Q4_K kernel runs on request (layout="packed") but has no H200 timing yet: the
-    # automatic layout repacks only QMATVEC_PACKED_AUTO_DTYPES
-    assert DType.Q4_K in QMATVEC_PACKED_DTYPES and DType.Q4_K not in QMATVEC_PACKED_AUTO_DTYPES
+def test_the_automatic_choice_packs_every_packed_format_for_one_vector_and_for_batches(monkeypatch):
+    # Q4_K joined the automatic set with its one-vector shapes (QMATVEC_PACKED_FORMAT_SHAPES); before
+    # them its packed kernel tied GGUF's and GGUF's was kept
+    assert QMATVEC_PACKED_AUTO_DTYPES == QMATVEC_PACKED_DTYPES
     monkeypatch.setattr(KernelPolicy, "QMATVEC_LAYOUT", "packed")
     gpu = KernelPolicy(_props(integer_dot_product=True))
     for n_rows, n_cols in ((14336, 4096), (4096, 14336)):
-        k = gpu.qmatvec(DType.Q4_K, n_cols, n_rows)
-        assert not k.packed and k.spv.startswith("qmatvec_fast.q4_k."), f"{n_rows} x {n_cols}: expected GGUF's, got {k}"
-        assert gpu.qmatvec(DType.Q6_K, n_cols, n_rows).packed, "the timed formats are still repacked"
-        batch = gpu.qmatvec(DType.Q4_K, n_cols, n_rows, 4)
-        assert batch.packed and batch.vectors == 4, f"a batch takes the packed kernel, all vectors at once: {batch}"
+        for dtype in sorted(QMATVEC_PACKED_DTYPES, key=lambda d: d.name):
+            k = gpu.qmatvec(dtype, n_cols, n_rows)
+            assert k.packed and k.spv.startswith(f"qmatvec_packed.{dtype.name.lower()}."), f"{dtype.name} {n_rows} x {n_cols}: {k}"
+            batch = gpu.qmatvec(dtype, n_cols, n_rows, 4)
+            assert batch.packed and batch.vectors == 4, f"a batch takes the packed kernel, all vectors at once: {batch}"
+    monkeypatch.setattr(KernelPolicy, "QMATVEC_LAYOUT", "gguf")
+    k = KernelPolicy(_props(integer_dot_product=True)).qmatvec(DType.Q4_K, 4096, 14336)
+    assert not k.packed and k.spv.startswith("qmatvec_fast.q4_k."), f"layout gguf keeps GGUF's kernel: {k}"
     gpu.configure_qmatvec(layout="packed")
     k = gpu.qmatvec(DType.Q4_K, 4096, 14336)
     assert k.packed and k.spv == "qmatvec_packed.q4_k.xwg.sg.spv", k

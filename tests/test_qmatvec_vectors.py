@@ -154,30 +154,35 @@ def test_x_quantized_by_each_workgroup_gives_the_products_of_x_quantized_by_a_fi
 
 
 @pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
-def test_batches_of_eight_vectors_take_the_packed_kernels_batch_shape_and_fewer_keep_sixteen_teams():
-    """QMATVEC_PACKED_BATCH_TEAMS and its per-format exceptions (QMATVEC_PACKED_BATCH_SHAPES): 8 vectors
-    of a model-sized matrix run 8 teams of 32 lanes a workgroup, or the exception's teams, rows and
-    units ahead (each timed faster on the H100); 4 vectors keep 16 teams; a knob wins over all of them."""
+def test_the_packed_kernel_takes_each_formats_shape_for_one_vector_and_for_batches_and_a_knob_wins():
+    """QMATVEC_PACKED_BATCH_TEAMS and the per-format exceptions (QMATVEC_PACKED_FORMAT_SHAPES): 8 vectors
+    of a model-sized matrix run 8 teams of 32 lanes a workgroup, 4 vectors keep 16 teams, and a format's
+    exception sets the teams, rows and units ahead of one vector or of a batch (each timed faster on the
+    H100), and of nothing between; a knob wins over all of them."""
     from kbench.backend.kernels import KernelPolicy
 
     be = _backend("packed-xwg")
     pol = be._policy
     from_vecs, teams = KernelPolicy.QMATVEC_PACKED_BATCH_TEAMS
     lanes = KernelPolicy.QMATVEC_PACKED_SHAPE["lanes"]
-    short, long_ = (4096, 14336), (14336, 4096)  # (columns, rows): short rows, long rows
-    assert (DType.Q8_0, "short") not in KernelPolicy.QMATVEC_PACKED_BATCH_SHAPES, "the test needs a format without one"
-    wg = {nv: pol.qmatvec(DType.Q8_0, *short, nv).spec[0] for nv in (from_vecs - 4, from_vecs)}
+    shapes = {"short": (4096, 14336), "long": (14336, 4096)}  # (columns, rows)
+    assert not any(k[0] == DType.Q8_0 for k in KernelPolicy.QMATVEC_PACKED_FORMAT_SHAPES), "the test needs a format without one"
+    wg = {nv: pol.qmatvec(DType.Q8_0, *shapes["short"], nv).spec[0] for nv in (from_vecs - 4, from_vecs)}
     assert wg == {from_vecs - 4: lanes * KernelPolicy.QMATVEC_PACKED_SHAPE["teams"], from_vecs: lanes * teams}, wg
-    for (dtype, row_class), shape in KernelPolicy.QMATVEC_PACKED_BATCH_SHAPES.items():
-        spec = pol.qmatvec(dtype, *(short if row_class == "short" else long_), from_vecs).spec
-        got = {"teams": spec[0] // lanes, "rows": spec[1], "unroll": spec[4]}
-        assert all(got[k] == v for k, v in shape.items()), f"{dtype.name} {row_class}: {shape} expected, got {got}"
-        fewer = pol.qmatvec(dtype, *(short if row_class == "short" else long_), from_vecs - 4).spec
-        assert fewer[0] != spec[0] or fewer[1] != spec[1] or fewer[4] != spec[4], \
-            f"{dtype.name} {row_class}: 4 vectors took the 8-vector exception {shape}"
+
+    def shape_of(dtype: DType, row_class: str, nv: int) -> dict:
+        spec = pol.qmatvec(dtype, *shapes[row_class], nv).spec
+        return {"teams": spec[0] // lanes, "rows": spec[1], "unroll": spec[4]}
+
+    for (dtype, row_class, vec_class), shape in KernelPolicy.QMATVEC_PACKED_FORMAT_SHAPES.items():
+        got = shape_of(dtype, row_class, 1 if vec_class == "one" else from_vecs)
+        assert all(got[k] == v for k, v in shape.items()), f"{dtype.name} {row_class} {vec_class}: {shape} expected, got {got}"
+        between = shape_of(dtype, row_class, 2)
+        assert any(between[k] != v for k, v in shape.items()), \
+            f"{dtype.name} {row_class}: 2 vectors took the {vec_class} exception {shape}"
     pol.configure_qmatvec({"layout": "packed", "teams": 2})
     try:
-        assert pol.qmatvec(DType.Q4_0, *short, from_vecs).spec[0] == 2 * lanes, "the teams knob was overruled"
+        assert pol.qmatvec(DType.Q4_0, *shapes["short"], from_vecs).spec[0] == 2 * lanes, "the teams knob was overruled"
     finally:
         pol.configure_qmatvec({"layout": "packed"})
 

@@ -64,10 +64,9 @@ QMATVEC_FAST_DTYPES = frozenset(QMATVEC_FAST_UNIT)
 #: formats with a repacked-weights kernel (qmatvec_packed.comp; the qmatvec knob layout="packed")
 QMATVEC_PACKED_DTYPES = frozenset({DType.Q4_0, DType.Q8_0, DType.Q6_K, DType.Q4_K})
 #: the formats the automatic layout choice (no ``layout`` knob) repacks: those whose packed kernel
-#: was timed faster than the GGUF kernels on the H200 (docs/kernel-choices.md).  Q4_K's packed
-#: kernel (units of 64 weights, its own repacked layout) was timed slower than GGUF's for one
-#: vector, so the automatic choice keeps GGUF's kernel for it
-QMATVEC_PACKED_AUTO_DTYPES = frozenset({DType.Q4_0, DType.Q8_0, DType.Q6_K})
+#: was timed faster than the GGUF kernels (docs/kernel-choices.md); Q4_K since its one-vector
+#: shapes of QMATVEC_PACKED_FORMAT_SHAPES (before them it tied GGUF's kernel), so now every one
+QMATVEC_PACKED_AUTO_DTYPES = QMATVEC_PACKED_DTYPES
 
 
 def qmatvec_unit(dtype: DType) -> int:
@@ -1197,16 +1196,20 @@ class KernelPolicy:
     #: 8 vectors of Q4_0 46.6 / 50.9 us against 50.3 / 53.7 with 16 teams, torch fp16 mm 50.9 / 50.7
     #: (docs/kernel-choices.md)
     QMATVEC_PACKED_BATCH_TEAMS = (8, 8)
-    #: (format, row class) -> the batch shape's exceptions (teams, rows per team, units ahead) from
-    #: QMATVEC_PACKED_BATCH_TEAMS' vectors on, each where the driver's registers left one workgroup
-    #: per SM: 4 teams of short rows for Q4_0, Q4_K, Q6_K (two or three workgroups per SM; Q8_0's 8
-    #: teams already had two), 2 rows a team one unit ahead for Q4_K's long rows (128 registers
-    #: where 175), H100, 8 vectors (docs/kernel-choices.md)
-    QMATVEC_PACKED_BATCH_SHAPES = {
-        (DType.Q4_0, "short"): {"teams": 4},
-        (DType.Q4_K, "short"): {"teams": 4},
-        (DType.Q6_K, "short"): {"teams": 4},
-        (DType.Q4_K, "long"): {"rows": 2, "unroll": 1},
+    #: (format, row class, "one" vector or a "batch" of QMATVEC_PACKED_BATCH_TEAMS' vectors and more)
+    #: -> exceptions to the automatic teams, rows per team and units ahead, each timed faster on the
+    #: H100 where the driver's registers had left one workgroup per SM (docs/kernel-choices.md):
+    #: batches of short rows in 4 teams (Q8_0's 8 teams already had two per SM), Q4_K's long rows 2
+    #: a team one unit ahead (128 registers where 175); one vector of Q6_K's short rows 2 a team,
+    #: of Q4_K's short rows 8 teams, of its long rows 2 a team one unit ahead
+    QMATVEC_PACKED_FORMAT_SHAPES = {
+        (DType.Q4_0, "short", "batch"): {"teams": 4},
+        (DType.Q4_K, "short", "batch"): {"teams": 4},
+        (DType.Q6_K, "short", "batch"): {"teams": 4},
+        (DType.Q4_K, "long", "batch"): {"rows": 2, "unroll": 1},
+        (DType.Q6_K, "short", "one"): {"rows": 2},
+        (DType.Q4_K, "short", "one"): {"teams": 8},
+        (DType.Q4_K, "long", "one"): {"rows": 2, "unroll": 1},
     }
 
     #: splits of each row of the packed kernel (knob ``splits``): where a matrix has fewer row groups
@@ -1260,8 +1263,9 @@ class KernelPolicy:
         row_class = "long" if blocks >= self.QMATVEC_PACKED_LONG_ROW_UNITS else "short"
         auto_rows, auto_unroll = self.QMATVEC_PACKED_ROWS[row_class]
         from_vecs, batch_teams = self.QMATVEC_PACKED_BATCH_TEAMS
-        batch = self.QMATVEC_PACKED_BATCH_SHAPES.get((dtype, row_class), {}) if nx >= from_vecs else {}
-        auto_rows, auto_unroll = batch.get("rows", auto_rows), batch.get("unroll", auto_unroll)
+        vec_class = "one" if nx == 1 else "batch" if nx >= from_vecs else ""
+        shape = self.QMATVEC_PACKED_FORMAT_SHAPES.get((dtype, row_class, vec_class), {})
+        auto_rows, auto_unroll = shape.get("rows", auto_rows), shape.get("unroll", auto_unroll)
         prefetch = cfg.get("prefetch")
         if prefetch is None:
             prefetch = nx > 1 or (dtype, row_class) not in self.QMATVEC_PACKED_NO_PREFETCH
@@ -1270,7 +1274,7 @@ class KernelPolicy:
         # several sums each)
         rows = max(1, min(int(cfg.get("rows") or auto_rows), max(1, lanes // nx)))
         unroll = int(cfg.get("unroll") or auto_unroll)
-        auto_teams = batch.get("teams", batch_teams) if nx >= from_vecs else auto["teams"]
+        auto_teams = shape.get("teams", batch_teams if nx >= from_vecs else auto["teams"])
         teams = max(1, min(int(cfg.get("teams") or auto_teams), limit // lanes))
         if not cfg.get("teams"):  # small matrices: fewer teams, so that every compute unit gets work
             want = (self.compute_units["count"] * self.QMATVEC_PACKED_MIN_GROUPS_PER_CU if self.compute_units
