@@ -957,11 +957,13 @@ class KernelPolicy:
         element, see shaders/qmatvec_xq.comp; False: exact fp32 decoding; default: QMATVEC_DOT
         where the device has shaderIntegerDotProduct, from QMATVEC_DOT_MIN_ELEMS weights) and,
         for it, ``xq`` ("lane": every lane quantizes its own unit's x; "dispatch": a first
-        qmatvec_xq dispatch quantizes x once; default QMATVEC_XQ).  ``layout``: "gguf" (default)
-        or "packed": for QMATVEC_PACKED_DTYPES, the backend repacks each weight buffer on first
-        use into a 16-byte-aligned copy (qmatvec_pack.comp, the weight bytes again in device
-        memory) and runs qmatvec_packed.comp on it (integer dots, ``lanes`` per team, ``teams`` per
-        workgroup, ``unroll`` units per row loaded before decoding, ``per_cu``: launch that many
+        qmatvec_xq dispatch quantizes x once; default QMATVEC_XQ).  ``layout``: "gguf"
+        or "packed" (default: QMATVEC_LAYOUT's automatic choice): for QMATVEC_PACKED_DTYPES, the backend
+        repacks each weight buffer on first use into a 16-byte-aligned copy (qmatvec_pack.comp, the weight
+        bytes again in device memory) and runs qmatvec_packed.comp on it (integer dots, ``lanes`` per
+        team, ``teams`` per workgroup, ``unroll`` units per row loaded before decoding (defaults:
+        QMATVEC_PACKED_SHAPE, QMATVEC_PACKED_ROWS, QMATVEC_PACKED_BATCH_TEAMS and the per-format
+        QMATVEC_PACKED_FORMAT_SHAPES), ``per_cu``: launch that many
         workgroups per compute unit where the device reports its compute units, each taking
         several row groups (0: one workgroup per row group), ``groups``: at most that many
         workgroups whatever the device (for tests and probes), ``prefetch`` (default True): a
