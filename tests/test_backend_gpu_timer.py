@@ -162,3 +162,94 @@ def test_many_replays_do_not_leak_sequences(vk_backend):
     after = be.cache_stats()
     for key in ("runtime_sequences", "runtime_tensors", "runtime_algorithms", "graveyard"):
         assert after.get(key) == before.get(key), f"{key}: {before.get(key)} before 200 replays, {after.get(key)} after"
+
+
+# -- how many calls a GPU-timed sample holds (kbench.bench.timing.gpu_repeats, the bench's timer) --
+
+def test_a_gpu_sample_holds_enough_whole_cycles_of_calls_to_last_the_policys_sample_time():
+    from kbench.bench.timing import GPU_POLICY, TimingPolicy, gpu_repeats
+
+    # 20 us calls, a case cycling over 8 inputs, 20 ms samples: 1000 calls, a multiple of 8
+    assert gpu_repeats(8, 20_000.0, GPU_POLICY) == 1000
+    assert gpu_repeats(24, 20_000.0, GPU_POLICY) == 984, "a sample must stay whole cycles of 24 calls, at most 1000"
+    # the replay's op capacity bounds it, still in whole cycles
+    assert gpu_repeats(8, 20_000.0, GPU_POLICY, max_calls=500) == 496
+    # calls already long enough, and times that say nothing, keep the host calibration's count
+    assert gpu_repeats(3, 50e6, GPU_POLICY) == 3
+    assert gpu_repeats(3, float("nan"), GPU_POLICY) == 3 and gpu_repeats(3, 0.0, GPU_POLICY) == 3
+    # never above the policy's max_repeats, never below the cycle
+    assert gpu_repeats(16, 1.0, TimingPolicy(max_repeats=100)) == 96
+    assert gpu_repeats(200, 1.0, TimingPolicy(max_repeats=100)) == 200
+    with pytest.raises(ValueError, match="repeats must be an int >= 1"):
+        gpu_repeats(0, 1.0, GPU_POLICY)
+
+
+class _ReplayingBackend:
+    """A backend whose calls take 20 us of device time and whose replays say what they recorded."""
+
+    replay_max_ops = 4000
+
+    def __init__(self, ns_per_call: float = 20_000.0, ops_per_call: int = 2) -> None:
+        self.ns, self.ops_per_call = ns_per_call, ops_per_call
+        self.replays: list[dict] = []
+        self.calls = 0
+
+    def measure_gpu_ns(self, issue):
+        raise AssertionError("a replaying backend must not fall back to streamed samples")
+
+    def replay_gpu_ns(self, issue, runs, *, warm_until=None, warm_max_s=0.0, after_run=None):
+        from kbench.backend.vulkan_backend import ReplayTimes
+
+        before = self.calls
+        issue()
+        n = self.calls - before
+        self.replays.append({"calls": n, "runs": runs, "warm_until": warm_until})
+        return ReplayTimes([n * self.ns] * runs, [n * self.ns * 1.01] * runs, n * self.ops_per_call)
+
+
+def test_the_bench_timer_sizes_replayed_samples_on_device_time_and_warms_only_those():
+    from kbench.bench.devices import gpu_timer_for
+    from kbench.bench.timing import GPU_POLICY
+
+    be = _ReplayingBackend()
+    timer = gpu_timer_for(be)
+
+    def launch():
+        be.calls += 1
+
+    ready = object()
+    got = timer(None, launch, lambda: None, 8, GPU_POLICY, ready=ready)
+    first, timed = be.replays
+    assert first["calls"] == 8 and first["runs"] == 1 and first["warm_until"] is None, \
+        f"expected one unwarmed run of the host calibration's 8 calls first, got {first}"
+    assert timed["calls"] == 1000 and timed["runs"] == GPU_POLICY.samples and timed["warm_until"] is ready, \
+        f"expected {GPU_POLICY.samples} warmed runs of 1000 calls (20 ms of 20 us calls), got {timed}"
+    assert got.method == "replay" and got.repeats == 1000, f"expected replayed samples of 1000 calls, got {got}"
+    assert got.ns == [20_000.0] * GPU_POLICY.samples, f"expected 20 us per call, got {got.ns}"
+
+    # two ops a call and room for 4000 ops: at most 2000 calls, here 1000 fit; at 2 us a call the cap holds
+    be2 = _ReplayingBackend(ns_per_call=2_000.0)
+    timer2 = gpu_timer_for(be2)
+    got2 = timer2(None, lambda: setattr(be2, "calls", be2.calls + 1), lambda: None, 8, GPU_POLICY)
+    assert got2.repeats == 1000 and be2.replays[-1]["calls"] == 1000, \
+        f"expected the policy's 1000 calls (under the 2000 the op capacity allows), got {got2.repeats}"
+    be3 = _ReplayingBackend(ns_per_call=2_000.0, ops_per_call=8)
+    got3 = gpu_timer_for(be3)(None, lambda: setattr(be3, "calls", be3.calls + 1), lambda: None, 8, GPU_POLICY)
+    assert got3.repeats == 496, f"8 ops a call in a 4000-op replay: expected 496 calls (whole cycles of 8), got {got3.repeats}"
+
+
+def test_a_replayed_bench_sample_on_this_device_lasts_about_the_policys_sample_time(vk_backend):
+    from kbench.bench.devices import gpu_timer_for
+    from kbench.bench.timing import TimingPolicy
+
+    be = vk_backend
+    n = 1 << 12
+    a, b, o = (be.allocate(4 * n) for _ in range(3))
+    be.add(a, b, o, n)
+    be.synchronize()
+    policy = TimingPolicy(min_sample_s=0.005, samples=3, max_repeats=2000, settle_max_s=0.0)
+    got = gpu_timer_for(be)(None, lambda: be.add(a, b, o, n), be.synchronize, 2, policy)
+    assert got is not None and got.method == "replay", f"expected replayed samples, got {got}"
+    sample_s = got.repeats * min(got.ns) / 1e9
+    assert got.repeats > 2 and sample_s >= 0.5 * policy.min_sample_s, \
+        f"a sample of {got.repeats} calls lasted {sample_s * 1e3:.2f} ms on the device; expected about 5 ms"

@@ -60,10 +60,12 @@ class _Slot:
 
 class ReplayTimes(NamedTuple):
     """Per timed run of :meth:`VulkanBackend.replay_gpu_ns`: GPU ns (first to last
-    timestamp) and host wall ns (submit to wait returned, an independent check)."""
+    timestamp) and host wall ns (submit to wait returned, an independent check), and the
+    ops one run holds."""
 
     gpu_ns: list[float]
     wall_ns: list[float]
+    ops: int = 0
 
 
 @dataclass
@@ -123,6 +125,9 @@ class VulkanBackend(ComputeBackend):
     choice from the device's properties), ``attention`` (its kernel knobs, e.g. ``{"kernel": "split"}``
     or ``{"lanes": 16, "unroll": 4}``: see KernelPolicy.configure_attention).
     """
+
+    #: most ops one :meth:`replay_gpu_ns` records (a timer sizing its samples keeps under it)
+    replay_max_ops = CAPTURE_MAX_OPS
 
     def __init__(self, device: int = 0, *, batch_ops: int = 64, ring_size: int = 3,
                  algorithm_cache_size: int = 256, use_subgroups: bool | None = None,
@@ -743,7 +748,7 @@ class VulkanBackend(ComputeBackend):
         if self._capture is not cap:
             return None  # spilled: issue() needed the host; its work has run
         self._capture = None
-        out = ReplayTimes([], [])
+        out = ReplayTimes([], [], cap.n_ops)
         try:
             if cap.n_ops == 0:
                 return None

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from .queues import QueueConfig, queue_configs
 from .targets import Lane, Target
-from .timing import GpuSamples
+from .timing import GpuSamples, gpu_repeats
 
 if TYPE_CHECKING:
     from .implementations import Implementation
@@ -187,7 +187,9 @@ def gpu_timer_for(backend: Any):
     Where the backend can also replay (``replay_gpu_ns``), a sample's calls are recorded once and
     the recording is submitted once per sample (``GpuSamples.method`` "replay"): Python issues a
     small dispatch in tens of microseconds, so kernels shorter than that would otherwise be timed
-    on a GPU that idles between them and never leaves its low clocks.  Cases whose calls need the
+    on a GPU that idles between them and never leaves its low clocks.  A replayed sample holds as
+    many calls as keep the device busy for the policy's min_sample_s (timing.gpu_repeats, from one
+    replayed run of the host calibration's calls), within the backend's ``replay_max_ops``.  Cases whose calls need the
     host midway (reads, synchronize) fall back to timing batches as they are issued ("stream")."""
     measure = getattr(backend, "measure_gpu_ns", None)
     if measure is None:
@@ -196,16 +198,29 @@ def gpu_timer_for(backend: Any):
 
     def timer(lane: Lane, launch, wait, repeats: int, policy, *, watch=None, ready=None,
               ops: tuple[str, ...] = ()) -> GpuSamples | None:
-        def issue(on_first=None) -> None:
-            for i in range(repeats):
-                launch()
-                if i == 0 and on_first is not None:
-                    on_first()  # the first call's work is running by now
+        def calls(n: int):
+            def issue(on_first=None) -> None:
+                for i in range(n):
+                    launch()
+                    if i == 0 and on_first is not None:
+                        on_first()  # the first call's work is running by now
+            return issue
 
-        if replay is not None:  # watched after each replayed run, not while recording
-            got = replay(issue, policy.samples, warm_until=ready, warm_max_s=policy.settle_max_s, after_run=watch)
-            if got:
-                return GpuSamples([ns / repeats for ns in got.gpu_ns], "replay", [ns / repeats for ns in got.wall_ns])
+        if replay is not None:
+            # one run of the host calibration's calls says how long a call takes on the device;
+            # the timed samples then hold enough calls to keep it busy for policy.min_sample_s
+            first = replay(calls(repeats), 1)
+            if first:
+                cap = getattr(backend, "replay_max_ops", None)
+                n = gpu_repeats(repeats, first.gpu_ns[0] / repeats, policy,
+                                cap * repeats // first.ops if cap and first.ops else None)
+                # watched after each replayed run, not while recording
+                got = replay(calls(n), policy.samples, warm_until=ready, warm_max_s=policy.settle_max_s,
+                             after_run=watch)
+                if got:
+                    return GpuSamples([ns / n for ns in got.gpu_ns], "replay", [ns / n for ns in got.wall_ns],
+                                      repeats=n)
+        issue = calls(repeats)
         out = []
         for _ in range(policy.samples):
             ns = measure(lambda: issue(watch))

@@ -359,6 +359,7 @@ def _time(inst: Instance, target: Target, states: list[tuple[Lane, Any]], rec: d
                 seen_mhz.append(mhz)
         lanes = len(states)
         gpu, gpu_method, replay_wall, gpu_other = None, None, None, None
+        gpu_calls = repeats
         if case.layer == "runtime" and lanes == 1:
             with phases("gpu_timing"):
                 gpu = _sequence_gpu_samples(inst, *states[0], repeats, policy)
@@ -366,9 +367,12 @@ def _time(inst: Instance, target: Target, states: list[tuple[Lane, Any]], rec: d
         elif target.gpu_timer is not None and lanes == 1:
             lane, state = states[0]
             t_gpu = time.perf_counter()
+            # a fresh readiness test: the host samples may have settled on a clock their own
+            # host-bound calls held low, which the GPU-bound replay must not inherit as "ready"
             got = target.gpu_timer(lane, lambda: case.launch(lane, state, params),
                                    lambda: _wait(inst, lane, state), repeats, policy,
-                                   watch=watch if clock is not None else None, ready=ready,
+                                   watch=watch if clock is not None else None,
+                                   ready=clock.ready_check() if ready is not None else None,
                                    ops=tuple(case.ops))
             # a timer that splits its own time (the peer: eager, graph) says how; the rest is gpu_timing
             spent = time.perf_counter() - t_gpu
@@ -378,6 +382,7 @@ def _time(inst: Instance, target: Target, states: list[tuple[Lane, Any]], rec: d
             phases.add("gpu_timing", spent - sum(own.values()))
             if got is not None and got.ns:
                 gpu, gpu_method, replay_wall, gpu_other = got.ns, got.method, got.wall_ns, got.other
+                gpu_calls = got.repeats or repeats
     finally:
         if keeper is not None:
             keeper.resume()
@@ -387,7 +392,7 @@ def _time(inst: Instance, target: Target, states: list[tuple[Lane, Any]], rec: d
         if gpu:
             samples["gpu"] = [float(t) for t in gpu]
     if gpu:
-        rec["gpu_ns"] = stats(gpu, repeats)
+        rec["gpu_ns"] = stats(gpu, gpu_calls)
         median = rec["gpu_ns"]["median"]
     else:
         rec["gpu_ns"] = None
@@ -407,7 +412,7 @@ def _time(inst: Instance, target: Target, states: list[tuple[Lane, Any]], rec: d
         # replayed sample's own wall time is that work, Python's issuing of the calls is not
         wall = replay_wall or host
         if replay_wall:
-            rec["replay_wall_ns"] = stats(replay_wall, repeats)
+            rec["replay_wall_ns"] = stats(replay_wall, gpu_calls)
         rec["gpu_host_ratio"] = rec["gpu_ns"]["median"] / float(np.median(wall))
     clocks = read_clocks(target.props)
     if isinstance(clocks, dict):

@@ -11,7 +11,7 @@ from kbench.backend.op_table import DEVICE_ONLY_OPS
 from kbench.backend.torch_backend import PEER_NAME, TorchBackend, availability
 
 from .targets import Lane, Target
-from .timing import GpuSamples
+from .timing import GpuSamples, gpu_repeats
 
 if TYPE_CHECKING:
     from .implementations import Implementation
@@ -124,11 +124,15 @@ def cuda_event_timer(torch: Any):
         eager_ns = streamed(launch, repeats, probe, watch)
         t1 = time.perf_counter()
         phases["peer_eager"] = t1 - t0
-        graph = _capture_graph(torch, launch, repeats)
+        # the graph holds as many calls as keep the device busy for a sample (timing.gpu_repeats;
+        # the eager calls' time, host gaps included, bounds a call's from above)
+        n = gpu_repeats(repeats, min(eager_ns), policy)
+        graph = _capture_graph(torch, launch, n)
         replay = None
         if graph is not None:
             try:
-                replay = replayed(graph, repeats, policy, watch, ready)
+                replay = replayed(graph, n, policy, watch, ready)
+                replay.repeats = n
             finally:
                 del graph
         t2 = time.perf_counter()

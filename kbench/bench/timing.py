@@ -68,6 +68,8 @@ class GpuSamples:
     other: dict | None = None
     #: seconds the timer spent per phase, where it splits them (kbench.results.records.PHASES)
     phases: dict | None = None
+    #: calls per sample where the timer chose its own (gpu_repeats), else the host calibration's
+    repeats: int | None = None
 
 
 def stats(values_ns: Sequence[float], repeats: int) -> dict[str, float | int]:
@@ -88,6 +90,26 @@ def choose_repeats(one_call_s: float, policy: TimingPolicy) -> int:
     if one_call_s <= 0 or not math.isfinite(one_call_s):
         return policy.max_repeats
     return int(min(policy.max_repeats, max(1, math.ceil(policy.min_sample_s / one_call_s))))
+
+
+def gpu_repeats(repeats: int, ns_per_call: float, policy: TimingPolicy, max_calls: int | None = None) -> int:
+    """Calls per GPU-timed sample: `repeats` (the host calibration's, a whole number of a case's
+    cycles) times the smallest whole factor that makes a sample last policy.min_sample_s of
+    device time at `ns_per_call`, with at most max(repeats, policy.max_repeats) and `max_calls`
+    calls (never fewer than `repeats`).
+
+    The host calibration times one call with its submission and wait: for kernels of tens of
+    microseconds that is mostly overhead, and samples of its few calls leave the device idle
+    between them, at a clock the governor never raises."""
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"gpu_repeats: repeats must be an int >= 1, got {repeats!r}")
+    if not (ns_per_call > 0 and math.isfinite(ns_per_call)):
+        return repeats
+    limit = max(repeats, policy.max_repeats)
+    if max_calls is not None:
+        limit = min(limit, max_calls)
+    want = math.ceil(policy.min_sample_s * 1e9 / ns_per_call / repeats)
+    return repeats * max(1, min(want, limit // repeats))
 
 
 def settle(sample: Callable[[], float], tol: float, max_s: float, *, start: float | None = None,
