@@ -46,7 +46,7 @@ def test_quantized_rows_pair_rotated_with_floor_and_torch_and_re_read_with_ggml(
 def test_a_run_with_kernel_options_is_not_taken_for_the_defaults(tmp_path, capsys):
     f = tmp_path / "x.jsonl"
     f.write_text("\n".join(json.dumps(r) for r in (
-        {"kind": "run", "backend_options": {"x_bits": 8}},
+        {"kind": "run", "backend_options": {"qmatvec": {"rows": 2}}},
         _rec("quantized_matmul[n_rows=14336,n_cols=4096,rotate_mib=256,dtype=Q4_0]", "kbench", 1.0))))
     mod = _script()
     assert mod.load([str(f)]) == {}
@@ -63,3 +63,4 @@ def test_batches_of_vectors_are_paired_with_the_torch_peer_and_count_only_weight
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| Q4_0 14336x4096 x8"))
     assert "66.2 us" in row and "500 GB/s of weights" in row, row
     assert "torch 50.0 us [49.5-51.0]: **not beaten** (0.76x)" in row, row
+
