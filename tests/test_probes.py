@@ -83,6 +83,25 @@ def test_the_qmatvec_probe_times_ablated_twins_and_restores_the_real_kernel_afte
     assert len(real) == 4 and all(float(r[7]) < 1e-8 for r in real), f"real kernels off after the cut ones:\n{out}"
 
 
+def test_load_only_twins_are_unchecked_and_the_kernels_after_them_run_and_check_again(capsys):
+    """raw:<spec> hands out the load-only twin of a fast kernel with the same plan; the variants after it
+    (the GGUF and packed kernels) must get the policy's own kernels back, exact against float64."""
+    if not _has_int_dot():
+        pytest.skip("the device has no shaderIntegerDotProduct (the packed kernel needs it)")
+    assert main(["probe", "qmatvec", "--small", "--dtypes", "Q4_0", "--repeats", "1", "--variants",
+                 "raw:fast:8:2:4", "fast:8:2:4", "packed"]) == 0
+    out = capsys.readouterr().out
+    assert "FAILED" not in out, f"no variant may fail after a load-only twin:\n{out}"
+    rows = [line.split() for line in out.splitlines() if line.startswith("Q4_0") and " us " not in line]
+    raw = [r for r in rows if r[2].startswith("raw:")]
+    real = [r for r in rows if not r[2].startswith("raw:")]
+    assert len(raw) == 2 and all("(cut)" in r and "WRONG" not in r for r in raw), \
+        f"an unchecked load-only row per shape expected:\n{out}"
+    assert len(real) == 4 and all(float(r[7]) < 1e-8 for r in real), f"the kernels after the twin off:\n{out}"
+    best = out[out.index("# best correct variant"):]
+    assert "raw:" not in best, f"a load-only twin ranked as a correct variant:\n{best}"
+
+
 def test_a_cut_twin_is_the_shipped_packed_kernel_compiled_with_its_cut_defines():
     if not _has_int_dot():
         pytest.skip("the device has no shaderIntegerDotProduct (the packed kernel needs it)")

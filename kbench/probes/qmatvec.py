@@ -199,15 +199,24 @@ def time_variant(be, dtype, n_rows, n_cols, hws, hx, hy, repeats, loops):
 def raw_kernel(be, kernel, kind="loads"):
     """Make the policy hand out the load-only twin of ``kernel`` (``kind`` "loads": its own
     loads; "stream": 16-byte loads of the same rows by the same grid) until reconfigured."""
-    from kbench.backend.kernels import Kernel
-
     suffix = ".stream.raw.sg.spv" if kind == "stream" else ".raw.sg.spv"
-    raw = Kernel(kernel.spv.replace(".sg.spv", suffix), kernel.spec, kernel.push)
-    pol = be._policy
-    if not hasattr(pol, "_probe_saved"):  # a twin replacing a twin keeps the policy's own choice
-        pol._probe_saved = pol.qmatvec
-    pol.qmatvec = lambda *a, **k: raw
+    # the same plan (rows, vectors, ...) under the twin's SPIR-V
+    raw = dataclasses.replace(kernel, spv=kernel.spv.replace(".sg.spv", suffix))
+    hand_out(be, qmatvec=raw)
     return raw
+
+
+def hand_out(be, *, qmatvec=None, coop=None) -> None:
+    """Make the policy hand out the kernel ``qmatvec`` and/or the cooperative-matrix plan ``coop``
+    until restore_kernel; the first twin keeps the policy's own choices to restore (a twin replacing
+    a twin keeps them too)."""
+    pol = be._policy
+    if not hasattr(pol, "_probe_saved"):
+        pol._probe_saved = (pol.qmatvec, pol.qmatmul_coop)
+    if qmatvec is not None:
+        pol.qmatvec = lambda *a, **k: qmatvec
+    if coop is not None:
+        pol.qmatmul_coop = lambda *a, **k: coop
 
 
 #: what a cut: variant may take out of the packed kernel, and the define that does it
@@ -248,14 +257,10 @@ def cut_kernel(be, kernel, cut, coop=None):
     code = compile_source(out.source.read_text(encoding="utf-8"), defines, out.target, glslang=glslang)
     # its own name: its own key in the backend's pipeline cache
     ablated = dataclasses.replace(kernel, spv=f"{kernel.spv}+cut:{'+'.join(cut)}", code=code)
-    pol = be._policy
-    if not hasattr(pol, "_probe_saved"):  # a twin replacing a twin keeps the policy's own choice
-        pol._probe_saved = (pol.qmatvec, pol.qmatmul_coop)
     if coop is None:
-        pol.qmatvec = lambda *a, **k: ablated
+        hand_out(be, qmatvec=ablated)
     else:
-        plan = dataclasses.replace(coop, main=ablated)
-        pol.qmatmul_coop = lambda *a, **k: plan
+        hand_out(be, coop=dataclasses.replace(coop, main=ablated))
     return ablated
 
 
@@ -650,7 +655,8 @@ def main(argv=None) -> int:
                         spec += f"/g{kernel.max_groups}"
                     x8 = cfg.get("x_bits") == 8  # held to 8-bit x's own limit, ranked apart
                     limit = X8_NMSE_LIMIT if x8 else 1e-8
-                    unchecked = bool(cfg.get("cut")) and not set(cfg["cut"]) <= EXACT_CUTS
+                    # a load-only twin (raw) and an inexact cut compute no product to check
+                    unchecked = bool(cfg.get("raw")) or (bool(cfg.get("cut")) and not set(cfg["cut"]) <= EXACT_CUTS)
                     flag = "" if err <= limit or unchecked else "  <-- WRONG"
                     err_text = "   (cut) " if unchecked else f"{err:9.2e}"
                     regs = f" {register_column(be, kernel):>5}" if args.stats else ""
@@ -660,7 +666,7 @@ def main(argv=None) -> int:
                     if "timeline" in cfg.get("cut", ()):
                         print_timeline(be, twin_timeline(be, hy, n_rows, kernel))
                     key = (dtype.name, n_rows, n_cols, "8-bit x" if x8 else "")
-                    if err <= limit and not cfg.get("cut") and (key not in best or ns < best[key][1]):
+                    if err <= limit and not unchecked and not cfg.get("cut") and (key not in best or ns < best[key][1]):
                         best[key] = (name, ns, tbs, spec)
                 restore_kernel(be)
                 be._policy.configure_qmatvec({})
