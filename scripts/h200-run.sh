@@ -35,7 +35,8 @@
 #          workgroup of one subgroup: fast:16:1:2 has that split, fast:32:2:1 and fast:64:2:1 are wider; where k > 4096
 #          ggml quantizes x to 8 bits (q8_1, its MMVQ path on NVIDIA): packedw8 is kbench's like for like); about a
 #          minute ($KQ_VARIANTS: fewer)
-# quantized: round3's quantized_matmul rows alone (read floor, bench beside torch, ggml like for like); carry as round3
+# quantized: round3's quantized_matmul rows alone (read floor, bench beside torch, ggml like for like, and kbench's
+#            8-bit x where ggml quantizes x: probe_x8_reread.log); carry as round3; about 3 minutes
 # ablate: where the packed kernel's time goes: the automatic kernel beside its ablated twins (cut: variants of
 #         `kbench probe qmatvec`: a butterfly of every sum as before the halving reduction, x by a lane per
 #         block as before the quads, no x quantization, no decoding and dots, no weight loads) and the shapes of
@@ -172,7 +173,7 @@ elif [ "$what" = kquants ]; then
     fast:16:1:2 fast:32:2:1 fast:64:2:1 fast:128:4:1 fast:256:2:1 dot:256:4:1 dotx:256:4:1} > "$out/probe_kquants.log" 2>&1
   grep -v "^# warmed" "$out/probe_kquants.log" | tail -45
 elif [ "$what" = quantized ]; then
-  # round3's quantized_matmul part alone (about 3 minutes): read floor, bench beside torch, ggml like for like
+  # round3's quantized_matmul part alone: read floor, bench beside torch, ggml like for like
   mkdir -p "$out/b"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
   timeout 60 python3 -m kbench.probes read_floor > "$out/read_floor.log" 2>&1
@@ -186,6 +187,10 @@ elif [ "$what" = quantized ]; then
   timeout ${GGML_S:-150} python3 -m kbench bench --full --peer ggml --ggml-bin "$bin" --quiet --out "$out/b" "${g[@]}" \
     > "$out/ggml-bench.log" 2>&1
   tail -4 "$out/ggml-bench.log"
+  # ggml's precision where it quantizes x to 8 bits (q8_1: Q4_0 and Q4_K with k > 4096 on NVIDIA), re-reading one matrix
+  timeout 60 python3 -m kbench.probes qmatvec --vecs 1 --copies 1 --x-bits 16 8 --dtypes Q4_0 Q4_K --shapes 4096x14336 \
+    --repeats 3 > "$out/probe_x8_reread.log" 2>&1
+  grep "^Q4_" "$out/probe_x8_reread.log"
   tar czf "$out/runs.tgz" -C "$out" b && rm -rf "$out/b"
 elif [ "$what" = ablate ]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
