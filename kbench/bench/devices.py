@@ -189,8 +189,9 @@ def gpu_timer_for(backend: Any):
     small dispatch in tens of microseconds, so kernels shorter than that would otherwise be timed
     on a GPU that idles between them and never leaves its low clocks.  A replayed sample holds as
     many calls as keep the device busy for the policy's min_sample_s (timing.gpu_repeats, from one
-    replayed run of the host calibration's calls), within the backend's ``replay_max_ops``.  Cases whose calls need the
-    host midway (reads, synchronize) fall back to timing batches as they are issued ("stream")."""
+    replayed run of the host calibration's calls), within the backend's ``replay_max_ops``.  Cases
+    whose calls need the host midway (reads, synchronize) fall back to timing batches as they are
+    issued ("stream")."""
     measure = getattr(backend, "measure_gpu_ns", None)
     if measure is None:
         return None
