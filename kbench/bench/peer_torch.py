@@ -99,7 +99,7 @@ def cuda_event_timer(torch: Any):
             wall.append((time.perf_counter_ns() - t1) / repeats)
             if watch is not None:
                 watch()
-        return GpuSamples(out, "replay", wall)
+        return GpuSamples(out, "replay", wall, repeats=repeats)
 
     def streamed(launch, repeats: int, n: int, watch) -> list[float]:
         out = []
@@ -132,7 +132,6 @@ def cuda_event_timer(torch: Any):
         if graph is not None:
             try:
                 replay = replayed(graph, n, policy, watch, ready)
-                replay.repeats = n
             finally:
                 del graph
         t2 = time.perf_counter()

@@ -666,7 +666,8 @@ def main(argv=None) -> int:
                     if "timeline" in cfg.get("cut", ()):
                         print_timeline(be, twin_timeline(be, hy, n_rows, kernel))
                     key = (dtype.name, n_rows, n_cols, "8-bit x" if x8 else "")
-                    if err <= limit and not unchecked and not cfg.get("cut") and (key not in best or ns < best[key][1]):
+                    twin = cfg.get("cut") or cfg.get("raw")  # exact or not, a twin is not a kernel to pick
+                    if err <= limit and not twin and (key not in best or ns < best[key][1]):
                         best[key] = (name, ns, tbs, spec)
                 restore_kernel(be)
                 be._policy.configure_qmatvec({})
