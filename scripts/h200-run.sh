@@ -43,6 +43,12 @@
 #         $VARIANTS, with the driver's registers per invocation (--stats), and the pipeline-statistics tests;
 #         then 8-vector batches of Q4_0 at the automatic shape, its cut twins and the knob sets of $BATCH_KNOBS,
 #         with registers
+# mainjob: the main job beside the torch peer (`kbench bench --validate --peer torch`, what `nox -s bench -- --peer
+#          torch` runs) and `kbench bench --quick --peer torch`, each timed by the shell (issue 20's 5 minutes and 90
+#          seconds); logs main-job.log and quick.log with their "where the time went" summaries; about 6 minutes
+# pipeline: one vector of Q4_0, Q8_0, Q4_K, Q6_K under each knob set of $PIPE_KNOBS (sets split by ';'; default: the
+#           automatic kernel, then with the next batch loaded while the current one decodes (knob pipeline) at the
+#           automatic shape, one unit ahead and 2 rows a team), with registers and the read floor; about 4 minutes
 # Writes result runs and logs under $OUT (at most 8 files come back).
 set -u
 source .gl/device-env.sh
@@ -77,6 +83,16 @@ if [ "$what" = bench ]; then
   tail -14 "$out/probe_transfer.log"
   KBENCH_VALIDATION=0 timeout ${TESTS_S:-60} python3 -m pytest tests/test_runtime_transfer.py -q -p no:cacheprovider > "$out/tests.log" 2>&1
   tail -2 "$out/tests.log"
+elif [ "$what" = mainjob ]; then
+  mkdir -p "$out/m" "$out/q"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+  { time timeout ${MAIN_S:-420} python3 -m kbench bench --validate --peer torch --out "$out/m"; echo "exit $?"; } \
+    > "$out/main-job.log" 2>&1
+  tail -12 "$out/main-job.log"
+  { time timeout ${QUICK_S:-150} python3 -m kbench bench --quick --peer torch --out "$out/q"; echo "exit $?"; } \
+    > "$out/quick.log" 2>&1
+  tail -12 "$out/quick.log"
+  tar czf "$out/runs.tgz" -C "$out" m q && rm -rf "$out/m" "$out/q"
 elif [ "$what" = round3 ]; then
   mkdir -p "$out/b"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
@@ -165,6 +181,19 @@ elif [ "$what" = splits ]; then
       ${SPLIT_CUT:+--cut $SPLIT_CUT} 2>&1 | grep -v "^# warmed"
   done > "$out/probe_splits.log"
   cat "$out/probe_splits.log"
+elif [ "$what" = pipeline ]; then
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+  timeout 60 python3 -m kbench.probes read_floor > "$out/read_floor.log" 2>&1
+  grep "^# floor" "$out/read_floor.log"
+  IFS=';' read -ra sets <<< "${PIPE_KNOBS:-;pipeline=true;pipeline=true unroll=1;pipeline=true rows=2}"
+  for ks in "${sets[@]}"; do
+    # shellcheck disable=SC2086
+    kn=(layout=packed $ks)
+    echo "## knobs ${kn[*]}"
+    timeout ${PIPE_S:-80} python3 -m kbench.probes qmatvec --vecs 1 --repeats 3 --stats --knobs "${kn[@]}" 2>&1 \
+      | grep -v "^# warmed"
+  done > "$out/probe_pipeline.log"
+  cat "$out/probe_pipeline.log"
 elif [ "$what" = kquants ]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
   # shellcheck disable=SC2086
