@@ -101,6 +101,9 @@ layout(constant_id = 8) const uint SPLIT_UNITS = 0;
 // the next batch's loads issued before the current batch is decoded (two batches in registers), so a
 // lane keeps loads in flight while it does its dot products; off: load, wait, decode, load again
 layout(constant_id = 9) const bool PIPELINE = false;
+// variants xwg (subgroup): each lane loads X_LOADS of its quarters of x before it quantizes any, so
+// that x's L2 round trips overlap (long rows give a lane several quarters: one trip each otherwise)
+layout(constant_id = 10) const uint X_LOADS = 1;
 const uint TEAMS = gl_WorkGroupSize.x / LANES;
 
 // QV: uvec4 of quants per block, UNITS: units per block, NQ: uvec4 per unit, UX: x blocks per unit
@@ -718,12 +721,26 @@ void main() {
 #if defined(USE_SUBGROUP)
                 if (quads) {
                     // 4 * NX * cb quarters and a workgroup of whole subgroups: a quad is active or idle whole
-                    for (uint i = lid; i < 4u * NX * cb; i += gl_WorkGroupSize.x) {
-                        uvec3 f = quarter_of(i, cb);
-                        uint src = 8u * (f.x * nb + c0 * UX + f.y) + 2u * f.z;
-                        bool first = X_FIRST && i == lid && held == 0xFFFFFFFFu;
-                        vec4 v0 = first ? pre0 : x4[src], v1 = first ? pre1 : x4[src + 1u];
-                        quantize_quarter(v0, v1, f.x * BLOCKS + f.y, f.z);
+                    uint nq = 4u * NX * cb;
+                    for (uint i0 = lid; i0 < nq; i0 += X_LOADS * gl_WorkGroupSize.x) {
+                        vec4 v0[X_LOADS], v1[X_LOADS];
+                        [[unroll]] for (uint j = 0u; j < X_LOADS; ++j) {
+                            uint i = i0 + j * gl_WorkGroupSize.x;
+                            if (i < nq) {
+                                uvec3 f = quarter_of(i, cb);
+                                uint src = 8u * (f.x * nb + c0 * UX + f.y) + 2u * f.z;
+                                bool first = X_FIRST && i == lid && held == 0xFFFFFFFFu;
+                                v0[j] = first ? pre0 : x4[src];
+                                v1[j] = first ? pre1 : x4[src + 1u];
+                            }
+                        }
+                        [[unroll]] for (uint j = 0u; j < X_LOADS; ++j) {
+                            uint i = i0 + j * gl_WorkGroupSize.x;
+                            if (i < nq) {
+                                uvec3 f = quarter_of(i, cb);
+                                quantize_quarter(v0[j], v1[j], f.x * BLOCKS + f.y, f.z);
+                            }
+                        }
                     }
                 } else
 #endif

@@ -161,9 +161,11 @@ def test_x_quantized_by_each_workgroup_gives_the_products_of_x_quantized_by_a_fi
     {"lanes": 8, "rows": 1, "teams": 2, "unroll": 3, "xq": "dispatch", "splits": 2},
     {"lanes": 8, "rows": 2, "teams": 2, "unroll": 2, "reduce": "tree", "prefetch": False},
 ], ids=["whole", "chunks-groups", "dispatch-splits", "tree-noprefetch"])
-def test_loading_the_next_batch_while_decoding_gives_the_same_bits(dtype, knobs):
-    # PIPELINE changes when a lane's loads are issued, not which units it takes or in what order it
-    # adds them: the products must match the kernel without it bit for bit
+def test_loads_issued_earlier_give_the_same_bits(dtype, knobs):
+    # PIPELINE (the next batch of weights loaded while the current one decodes) and X_LOADS (several
+    # quarters of x loaded before any is quantized) change when a lane's loads are issued, not which
+    # units it takes or in what order it adds them: the products must match the kernel without them
+    # bit for bit
     feats = kp.list_devices()[0].get("features", {})
     if not feats.get("integer_dot_product"):
         pytest.skip("the device has no shaderIntegerDotProduct")
@@ -174,13 +176,15 @@ def test_loading_the_next_batch_while_decoding_gives_the_same_bits(dtype, knobs)
     raw = quantize(rng.uniform(-1, 1, (n_rows, n_cols)).astype(np.float32), dtype)
     x = rng.uniform(-1, 1, (n_vecs, n_cols)).astype(np.float32)
     got = {}
-    for pipeline in (False, True):
-        with VulkanBackend(qmatvec={"layout": "packed", **knobs, "pipeline": pipeline}) as be:
-            assert be._policy.qmatvec(dtype, n_cols, n_rows, n_vecs).spec[9] == int(pipeline)
-            got[pipeline] = run_batch(be, dtype, raw, x, n_rows, n_cols, n_vecs)
-    diff = np.flatnonzero(got[True].view(np.uint32) != got[False].view(np.uint32))
-    assert diff.size == 0, (f"{dtype.name} {knobs}: {diff.size} outputs differ, first at {diff[0]}: "
-                            f"{got[True][diff[0]]!r} (pipeline) vs {got[False][diff[0]]!r} (without)")
+    for name, early in (("without", {}), ("pipeline", {"pipeline": True}), ("x_loads=3", {"x_loads": 3})):
+        with VulkanBackend(qmatvec={"layout": "packed", **knobs, **early}) as be:
+            spec = be._policy.qmatvec(dtype, n_cols, n_rows, n_vecs).spec
+            assert spec[9:] == (int(early.get("pipeline", False)), early.get("x_loads", 1)), spec
+            got[name] = run_batch(be, dtype, raw, x, n_rows, n_cols, n_vecs)
+    for name in ("pipeline", "x_loads=3"):
+        diff = np.flatnonzero(got[name].view(np.uint32) != got["without"].view(np.uint32))
+        assert diff.size == 0, (f"{dtype.name} {knobs} {name}: {diff.size} outputs differ, first at {diff[0]}: "
+                                f"{got[name][diff[0]]!r} vs {got['without'][diff[0]]!r} without")
 
 
 @pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
