@@ -46,10 +46,6 @@
 # mainjob: the main job beside the torch peer (`kbench bench --validate --peer torch`, what `nox -s bench -- --peer
 #          torch` runs) and `kbench bench --quick --peer torch`, each timed by the shell (issue 20's 5 minutes and 90
 #          seconds); logs main-job.log and quick.log with their "where the time went" summaries; about 6 minutes
-# pipeline: one vector of Q4_0, Q8_0, Q4_K, Q6_K under each knob set of $PIPE_KNOBS (sets split by ';'; default: the
-#           automatic kernel, then with the next batch loaded while the current one decodes (knob pipeline), with 4
-#           quarters of x loaded by each lane before it quantizes them (x_loads), both, both one unit ahead, and
-#           pipeline with 2 rows a team), with registers and the read floor; about 5 minutes
 # Writes result runs and logs under $OUT (at most 8 files come back).
 set -u
 source .gl/device-env.sh
@@ -182,19 +178,6 @@ elif [ "$what" = splits ]; then
       ${SPLIT_CUT:+--cut $SPLIT_CUT} 2>&1 | grep -v "^# warmed"
   done > "$out/probe_splits.log"
   cat "$out/probe_splits.log"
-elif [ "$what" = pipeline ]; then
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
-  timeout 60 python3 -m kbench.probes read_floor > "$out/read_floor.log" 2>&1
-  grep "^# floor" "$out/read_floor.log"
-  IFS=';' read -ra sets <<< "${PIPE_KNOBS:-;pipeline=true;x_loads=4;pipeline=true x_loads=4;pipeline=true unroll=1 x_loads=4;pipeline=true rows=2}"
-  for ks in "${sets[@]}"; do
-    # shellcheck disable=SC2086
-    kn=(layout=packed $ks)
-    echo "## knobs ${kn[*]}"
-    timeout ${PIPE_S:-80} python3 -m kbench.probes qmatvec --vecs 1 --repeats 3 --stats --knobs "${kn[@]}" 2>&1 \
-      | grep -v "^# warmed"
-  done > "$out/probe_pipeline.log"
-  cat "$out/probe_pipeline.log"
 elif [ "$what" = kquants ]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
   # shellcheck disable=SC2086

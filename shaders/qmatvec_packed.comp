@@ -98,12 +98,6 @@ layout(constant_id = 7) const uint PART = 1;
 // 14336) otherwise launch fewer workgroups than the device has compute units.  Variants *.last.*:
 // no second dispatch; the last split of a row group to finish adds the partial sums (split_finish).
 layout(constant_id = 8) const uint SPLIT_UNITS = 0;
-// the next batch's loads issued before the current batch is decoded (two batches in registers), so a
-// lane keeps loads in flight while it does its dot products; off: load, wait, decode, load again
-layout(constant_id = 9) const bool PIPELINE = false;
-// variants xwg (subgroup): each lane loads X_LOADS of its quarters of x before it quantizes any, so
-// that x's L2 round trips overlap (long rows give a lane several quarters: one trip each otherwise)
-layout(constant_id = 10) const uint X_LOADS = 1;
 const uint TEAMS = gl_WorkGroupSize.x / LANES;
 
 // QV: uvec4 of quants per block, UNITS: units per block, NQ: uvec4 per unit, UX: x blocks per unit
@@ -400,10 +394,11 @@ float unit_dot(uvec4 wa, uvec4 wb, vec2 scale, uvec4 xl0, uvec4 xl1, uvec4 xh0, 
 
 // One batch: UNROLL units of each of a team's ROWS rows, all loaded before any is decoded.  A
 // workgroup's first batch is loaded before it quantizes x, so HBM is busy while x is prepared.
-// The batch being decoded is q_cur; with PIPELINE the next one loads into q_next meanwhile.
-uvec4 q_next[UNROLL * ROWS][NQ], q_cur[UNROLL * ROWS][NQ];
-uint extra_next[UNROLL * ROWS], extra_cur[UNROLL * ROWS];
-DT d_next[UNROLL * ROWS], d_cur[UNROLL * ROWS];
+// (Loading the next batch while decoding the current one, two batches in registers, was slower
+// on the H200: register pressure.)
+uvec4 q_next[UNROLL * ROWS][NQ];
+uint extra_next[UNROLL * ROWS];
+DT d_next[UNROLL * ROWS];
 
 // nu: units per row; units from bend on (the row's or the x chunk's end) are not loaded
 void load_batch(uint row0, uint b0, uint nu, uint bend) {
@@ -438,18 +433,8 @@ void team_units(uint tl, uint row0, uint nu, uint c0, uint c1, bool loaded) {
     uint nb = nu * UX;  // x's blocks per vector
     const uint STEP = LANES * UNROLL;
     for (uint b0 = c0 + tl; b0 < c1; b0 += STEP) {
-        bool first = b0 == c0 + tl;
-        if (first ? !loaded : !PIPELINE) {  // (with PIPELINE, a later batch was loaded during the last one)
+        if (!loaded || b0 != c0 + tl) {
             load_batch(row0, b0, nu, c1);
-        }
-        // constant indices once unrolled: the copy is a renaming of registers, not a move
-        [[unroll]] for (uint k = 0u; k < UNROLL * ROWS; ++k) {
-            q_cur[k] = q_next[k];
-            extra_cur[k] = extra_next[k];
-            d_cur[k] = d_next[k];
-        }
-        if (PIPELINE && b0 + STEP < c1) {
-            load_batch(row0, b0 + STEP, nu, c1);
         }
         [[unroll]] for (uint u = 0u; u < UNROLL; ++u) {
             uint b = b0 + u * LANES;
@@ -459,11 +444,11 @@ void team_units(uint tl, uint row0, uint nu, uint c0, uint c1, bool loaded) {
 #if defined(CUT_DOTS)
             [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
                 uint k = u * ROWS + r;
-                uvec4 h = uvec4(extra_cur[k]);
+                uvec4 h = uvec4(extra_next[k]);
                 [[unroll]] for (uint i = 0u; i < NQ; ++i) {
-                    h ^= q_cur[k][i];
+                    h ^= q_next[k][i];
                 }
-                acc[r * NX] += float((h.x ^ h.y ^ h.z ^ h.w) & 0xFFFFu) + vec2(d_cur[k]).x;
+                acc[r * NX] += float((h.x ^ h.y ^ h.z ^ h.w) & 0xFFFFu) + vec2(d_next[k]).x;
             }
             continue;
 #endif
@@ -474,7 +459,7 @@ void team_units(uint tl, uint row0, uint nu, uint c0, uint c1, bool loaded) {
             [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
                 uint k = u * ROWS + r;
                 [[unroll]] for (uint s = 0u; s < UX; ++s) {
-                    decode(q_cur[k], extra_cur[k], d_cur[k], b, s, wa[r * UX + s], wb[r * UX + s], scale[r * UX + s]);
+                    decode(q_next[k], extra_next[k], d_next[k], b, s, wa[r * UX + s], wb[r * UX + s], scale[r * UX + s]);
                 }
             }
             [[unroll]] for (uint v = 0u; v < NX; ++v) {
@@ -721,26 +706,12 @@ void main() {
 #if defined(USE_SUBGROUP)
                 if (quads) {
                     // 4 * NX * cb quarters and a workgroup of whole subgroups: a quad is active or idle whole
-                    uint nq = 4u * NX * cb;
-                    for (uint i0 = lid; i0 < nq; i0 += X_LOADS * gl_WorkGroupSize.x) {
-                        vec4 v0[X_LOADS], v1[X_LOADS];
-                        [[unroll]] for (uint j = 0u; j < X_LOADS; ++j) {
-                            uint i = i0 + j * gl_WorkGroupSize.x;
-                            if (i < nq) {
-                                uvec3 f = quarter_of(i, cb);
-                                uint src = 8u * (f.x * nb + c0 * UX + f.y) + 2u * f.z;
-                                bool first = X_FIRST && i == lid && held == 0xFFFFFFFFu;
-                                v0[j] = first ? pre0 : x4[src];
-                                v1[j] = first ? pre1 : x4[src + 1u];
-                            }
-                        }
-                        [[unroll]] for (uint j = 0u; j < X_LOADS; ++j) {
-                            uint i = i0 + j * gl_WorkGroupSize.x;
-                            if (i < nq) {
-                                uvec3 f = quarter_of(i, cb);
-                                quantize_quarter(v0[j], v1[j], f.x * BLOCKS + f.y, f.z);
-                            }
-                        }
+                    for (uint i = lid; i < 4u * NX * cb; i += gl_WorkGroupSize.x) {
+                        uvec3 f = quarter_of(i, cb);
+                        uint src = 8u * (f.x * nb + c0 * UX + f.y) + 2u * f.z;
+                        bool first = X_FIRST && i == lid && held == 0xFFFFFFFFu;
+                        vec4 v0 = first ? pre0 : x4[src], v1 = first ? pre1 : x4[src + 1u];
+                        quantize_quarter(v0, v1, f.x * BLOCKS + f.y, f.z);
                     }
                 } else
 #endif

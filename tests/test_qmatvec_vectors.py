@@ -154,40 +154,6 @@ def test_x_quantized_by_each_workgroup_gives_the_products_of_x_quantized_by_a_fi
 
 
 @pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
-@pytest.mark.parametrize("dtype", [DType.Q4_0, DType.Q8_0, DType.Q6_K, DType.Q4_K], ids=lambda d: d.name)
-@pytest.mark.parametrize("knobs", [
-    {"lanes": 8, "rows": 2, "teams": 4, "unroll": 2},                                # x whole, a ragged last batch
-    {"lanes": 4, "rows": 3, "teams": 2, "unroll": 1, "groups": 2, "x_chunk": 512},  # chunks, row groups revisited
-    {"lanes": 8, "rows": 1, "teams": 2, "unroll": 3, "xq": "dispatch", "splits": 2},
-    {"lanes": 8, "rows": 2, "teams": 2, "unroll": 2, "reduce": "tree", "prefetch": False},
-], ids=["whole", "chunks-groups", "dispatch-splits", "tree-noprefetch"])
-def test_loads_issued_earlier_give_the_same_bits(dtype, knobs):
-    # PIPELINE (the next batch of weights loaded while the current one decodes) and X_LOADS (several
-    # quarters of x loaded before any is quantized) change when a lane's loads are issued, not which
-    # units it takes or in what order it adds them: the products must match the kernel without them
-    # bit for bit
-    feats = kp.list_devices()[0].get("features", {})
-    if not feats.get("integer_dot_product"):
-        pytest.skip("the device has no shaderIntegerDotProduct")
-    if knobs.get("reduce") != "tree" and not feats.get("subgroup_shuffle"):
-        pytest.skip("the device has no subgroup shuffles")
-    n_rows, n_cols, n_vecs = 21, 2304, 2  # 72 blocks of 32: lane steps end part way through a batch
-    rng = np.random.default_rng(40 + int(dtype))
-    raw = quantize(rng.uniform(-1, 1, (n_rows, n_cols)).astype(np.float32), dtype)
-    x = rng.uniform(-1, 1, (n_vecs, n_cols)).astype(np.float32)
-    got = {}
-    for name, early in (("without", {}), ("pipeline", {"pipeline": True}), ("x_loads=3", {"x_loads": 3})):
-        with VulkanBackend(qmatvec={"layout": "packed", **knobs, **early}) as be:
-            spec = be._policy.qmatvec(dtype, n_cols, n_rows, n_vecs).spec
-            assert spec[9:] == (int(early.get("pipeline", False)), early.get("x_loads", 1)), spec
-            got[name] = run_batch(be, dtype, raw, x, n_rows, n_cols, n_vecs)
-    for name in ("pipeline", "x_loads=3"):
-        diff = np.flatnonzero(got[name].view(np.uint32) != got["without"].view(np.uint32))
-        assert diff.size == 0, (f"{dtype.name} {knobs} {name}: {diff.size} outputs differ, first at {diff[0]}: "
-                                f"{got[name][diff[0]]!r} vs {got['without'][diff[0]]!r} without")
-
-
-@pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
 def test_the_packed_kernel_takes_each_formats_shape_for_one_vector_and_for_batches_and_a_knob_wins():
     """QMATVEC_PACKED_BATCH_TEAMS and the per-format exceptions (QMATVEC_PACKED_FORMAT_SHAPES): 8 vectors
     of a model-sized matrix run 8 teams of 32 lanes a workgroup, 4 vectors keep 16 teams, and a format's

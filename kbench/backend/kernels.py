@@ -967,9 +967,7 @@ class KernelPolicy:
         workgroups per compute unit where the device reports its compute units, each taking
         several row groups (0: one workgroup per row group), ``groups``: at most that many
         workgroups whatever the device (for tests and probes), ``prefetch`` (default True): a
-        workgroup's first loads go out before it quantizes x, ``pipeline`` (default:
-        QMATVEC_PACKED_PIPELINE): each lane loads its next batch of weights while it decodes the current one,
-        ``x_loads`` (default QMATVEC_PACKED_X_LOADS): quarters of x a lane loads before it quantizes any,
+        workgroup's first loads go out before it quantizes x,
         ``rows`` per team, ``xq`` "workgroup" (default where x fits in shared memory): each
         workgroup quantizes x into shared memory itself, no second dispatch, or "dispatch"), ``x_bits``
         16 (default: x's error about 2e-10 NMSE) or 8 (with ``xq`` "workgroup" only: x as signed bytes, one
@@ -983,7 +981,7 @@ class KernelPolicy:
         GGUF kernels."""
         cfg = dict(config or {}, **knobs)
         unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot", "xq",
-                              "layout", "unroll", "per_cu", "groups", "prefetch", "pipeline", "x_loads", "x_bits", "x_chunk", "splits", "split_sum",
+                              "layout", "unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk", "splits", "split_sum",
                               "coop", "coop_subgroups", "coop_unroll", "coop_splits", "coop_bshared", "coop_stages", "coop_depth",
                               "coop_accs"}
         if unknown:
@@ -1020,17 +1018,15 @@ class KernelPolicy:
                                  f"first dispatch or by each workgroup); it cannot take "
                                  f"{', '.join(clash)}="
                                  f"{', '.join(repr(cfg[k]) for k in clash)}")
-        for key in ("prefetch", "pipeline"):
-            if cfg.get(key) is not None and not isinstance(cfg[key], bool):
-                raise ValueError(f"qmatvec config: {key} must be True or False, got {cfg[key]!r}")
+        if cfg.get("prefetch") is not None and not isinstance(cfg["prefetch"], bool):
+            raise ValueError(f"qmatvec config: prefetch must be True or False, got {cfg['prefetch']!r}")
         if cfg.get("x_bits") is not None:
             if cfg["x_bits"] not in (8, 16) or isinstance(cfg["x_bits"], bool):
                 raise ValueError(f"qmatvec config: x_bits must be 8 or 16, got {cfg['x_bits']!r}")
             if cfg["x_bits"] == 8 and cfg.get("xq") == "dispatch":
                 raise ValueError("qmatvec config: x_bits=8 quantizes x in each workgroup; it cannot take "
                                  "xq='dispatch'")
-        for key in ("unroll", "per_cu", "groups", "prefetch", "pipeline", "x_loads", "x_bits", "x_chunk", "splits",
-                    "split_sum"):
+        for key in ("unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk", "splits", "split_sum"):
             if cfg.get(key) is not None and cfg.get("layout") != "packed":
                 raise ValueError(f"qmatvec config: {key} is a choice of layout='packed'")
         if cfg.get("per_cu") is not None and (isinstance(cfg["per_cu"], bool) or not isinstance(cfg["per_cu"], int)
@@ -1055,7 +1051,7 @@ class KernelPolicy:
                     "coop_accs"):
             if cfg.get(key) is not None and not cfg.get("coop"):
                 raise ValueError(f"qmatvec config: {key} is a choice of coop=True")
-        for key in ("lanes", "rows", "teams", "chunk", "tile_kib", "unroll", "groups", "x_chunk", "x_loads", "splits",
+        for key in ("lanes", "rows", "teams", "chunk", "tile_kib", "unroll", "groups", "x_chunk", "splits",
                     "coop_subgroups", "coop_unroll", "coop_splits"):
             v = cfg.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
@@ -1186,12 +1182,6 @@ class KernelPolicy:
     #: first batch of short rows held 96 registers a lane, one workgroup per SM of the H100, and
     #: was 1.7 us slower than without it, twice (docs/kernel-choices.md)
     QMATVEC_PACKED_NO_PREFETCH = {(DType.Q8_0, "short")}
-    #: (format, "short" | "long" rows, "one" | "batch" vectors) whose packed kernel loads the next batch
-    #: of weights while it decodes the current one (the shader's PIPELINE; the ``pipeline`` knob)
-    QMATVEC_PACKED_PIPELINE: frozenset = frozenset()
-    #: quarters of x (a block of 32 is quantized by the 4 lanes of a quad) each lane of the subgroup
-    #: variants loads before it quantizes any of them (the shader's X_LOADS; the ``x_loads`` knob)
-    QMATVEC_PACKED_X_LOADS = 1
     #: the automatic choice shrinks the teams per workgroup (small matrices) until the grid has at
     #: least this many workgroups per compute unit (or 64 workgroups where the device does not say
     #: how many units it has): fewer, fuller workgroups were faster than two per unit on the H200
@@ -1281,9 +1271,6 @@ class KernelPolicy:
         prefetch = cfg.get("prefetch")
         if prefetch is None:
             prefetch = nx > 1 or (dtype, row_class) not in self.QMATVEC_PACKED_NO_PREFETCH
-        pipeline = cfg.get("pipeline")
-        if pipeline is None:
-            pipeline = (dtype, row_class, vec_class) in self.QMATVEC_PACKED_PIPELINE
         # at most a sum (row, vector) per lane where it can be: every lane holds all of its team's
         # sums, and more rows than that only spend registers (many vectors: one row, lanes write
         # several sums each)
@@ -1373,8 +1360,7 @@ class KernelPolicy:
         plan["splits"] = splits
         plan["split_last"] = last
         spec = (wg, rows, chunk * ux if x_shared else blocks, lanes, unroll, int(prefetch), nx,
-                part_floats(rows, wg), spu if splits > 1 else 0, int(pipeline),
-                int(cfg.get("x_loads") or self.QMATVEC_PACKED_X_LOADS))
+                part_floats(rows, wg), spu if splits > 1 else 0)
         if x_shared:
             xwg = "xwg8" if x_bits == 8 else "xwg"
             return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.{xwg}.{reduce}.spv", spec, PUSH_QMATVEC,
