@@ -45,7 +45,8 @@
 #         with registers
 # mainjob: the main job beside the torch peer (`kbench bench --validate --peer torch`, what `nox -s bench -- --peer
 #          torch` runs) and `kbench bench --quick --peer torch`, each timed by the shell (issue 20's 5 minutes and 90
-#          seconds); logs main-job.log and quick.log with their "where the time went" summaries; about 6 minutes
+#          seconds); logs main-job.log and quick.log with their "where the time went" summaries, the torch peer's
+#          tests at the end of gpu.txt; about 6 minutes
 # Writes result runs and logs under $OUT (at most 8 files come back).
 set -u
 source .gl/device-env.sh
@@ -83,6 +84,10 @@ if [ "$what" = bench ]; then
 elif [ "$what" = mainjob ]; then
   mkdir -p "$out/m" "$out/q"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+  # the torch peer's tests (its weights dequantized once per matrix): they need CUDA, so they run here
+  KBENCH_VALIDATION=0 timeout 120 python3 -m pytest tests/test_torch_peer_weights.py -q -rs -p no:cacheprovider \
+    >> "$out/gpu.txt" 2>&1
+  tail -2 "$out/gpu.txt"
   { time timeout ${MAIN_S:-420} python3 -m kbench bench --validate --peer torch --out "$out/m"; echo "exit $?"; } \
     > "$out/main-job.log" 2>&1
   tail -12 "$out/main-job.log"
