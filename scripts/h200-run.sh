@@ -47,6 +47,9 @@
 #          torch` runs) and `kbench bench --quick --peer torch`, each timed by the shell (issue 20's 5 minutes and 90
 #          seconds); logs main-job.log and quick.log with their "where the time went" summaries, the torch peer's
 #          tests at the end of gpu.txt; about 6 minutes
+# onevec: one vector of Q4_0, Q8_0, Q4_K, Q6_K (or $DTYPES) under each knob set of $ONE_KNOBS (sets split by ';';
+#         default: the automatic kernel, then each unit decoded just before its dot product (lazy_decode), and
+#         that with 16 teams), with registers and the read floor; about 2 minutes
 # Writes result runs and logs under $OUT (at most 8 files come back).
 set -u
 source .gl/device-env.sh
@@ -183,6 +186,20 @@ elif [ "$what" = splits ]; then
       ${SPLIT_CUT:+--cut $SPLIT_CUT} 2>&1 | grep -v "^# warmed"
   done > "$out/probe_splits.log"
   cat "$out/probe_splits.log"
+elif [ "$what" = onevec ]; then
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+  timeout 60 python3 -m kbench.probes read_floor > "$out/read_floor.log" 2>&1
+  grep "^# floor" "$out/read_floor.log"
+  IFS=';' read -ra sets <<< "${ONE_KNOBS:-;lazy_decode=true;lazy_decode=true teams=16}"
+  for ks in "${sets[@]}"; do
+    # shellcheck disable=SC2086
+    kn=(layout=packed $ks)
+    echo "## knobs ${kn[*]}"
+    # shellcheck disable=SC2086
+    timeout ${ONE_S:-80} python3 -m kbench.probes qmatvec --vecs 1 --repeats 3 --stats --dtypes ${DTYPES:-Q4_0 Q8_0 Q4_K Q6_K} \
+      --knobs "${kn[@]}" 2>&1 | grep -v "^# warmed\|^fp16"
+  done > "$out/probe_onevec.log"
+  cat "$out/probe_onevec.log"
 elif [ "$what" = kquants ]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
   # shellcheck disable=SC2086

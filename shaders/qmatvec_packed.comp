@@ -98,6 +98,10 @@ layout(constant_id = 7) const uint PART = 1;
 // 14336) otherwise launch fewer workgroups than the device has compute units.  Variants *.last.*:
 // no second dispatch; the last split of a row group to finish adds the partial sums (split_finish).
 layout(constant_id = 8) const uint SPLIT_UNITS = 0;
+// one vector: each unit of a row decoded just before its dot product rather than every row's units
+// of the batch first (their decoded words all live at once: Q4_K's short rows spilled registers)
+layout(constant_id = 9) const bool LAZY_DECODE = false;
+const bool LAZY = LAZY_DECODE && NX == 1u;
 const uint TEAMS = gl_WorkGroupSize.x / LANES;
 
 // QV: uvec4 of quants per block, UNITS: units per block, NQ: uvec4 per unit, UX: x blocks per unit
@@ -456,10 +460,12 @@ void team_units(uint tl, uint row0, uint nu, uint c0, uint c1, bool loaded) {
             // to decode as an out array, lost their [1] entries on lavapipe, seen with ROWS = 2)
             uvec4 wa[ROWS * UX], wb[ROWS * UX];
             vec2 scale[ROWS * UX];
-            [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
-                uint k = u * ROWS + r;
-                [[unroll]] for (uint s = 0u; s < UX; ++s) {
-                    decode(q_next[k], extra_next[k], d_next[k], b, s, wa[r * UX + s], wb[r * UX + s], scale[r * UX + s]);
+            if (!LAZY) {
+                [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
+                    uint k = u * ROWS + r;
+                    [[unroll]] for (uint s = 0u; s < UX; ++s) {
+                        decode(q_next[k], extra_next[k], d_next[k], b, s, wa[r * UX + s], wb[r * UX + s], scale[r * UX + s]);
+                    }
                 }
             }
             [[unroll]] for (uint v = 0u; v < NX; ++v) {
@@ -489,6 +495,10 @@ void team_units(uint tl, uint row0, uint nu, uint c0, uint c1, bool loaded) {
 #endif
                     [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
                         uint i = r * UX + s;
+                        if (LAZY) {
+                            uint k = u * ROWS + r;
+                            decode(q_next[k], extra_next[k], d_next[k], b, s, wa[i], wb[i], scale[i]);
+                        }
                         acc[r * NX + v] += unit_dot(wa[i], wb[i], scale[i], xl0, xl1, xh0, xh1, sx, xs);
                     }
                 }

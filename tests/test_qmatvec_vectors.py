@@ -154,6 +154,36 @@ def test_x_quantized_by_each_workgroup_gives_the_products_of_x_quantized_by_a_fi
 
 
 @pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
+@pytest.mark.parametrize("dtype", [DType.Q4_0, DType.Q8_0, DType.Q6_K, DType.Q4_K], ids=lambda d: d.name)
+@pytest.mark.parametrize("knobs", [
+    {"lanes": 8, "rows": 3, "teams": 4, "unroll": 2},                                # x whole, a ragged last batch
+    {"lanes": 4, "rows": 2, "teams": 2, "unroll": 1, "groups": 2, "x_chunk": 512},  # chunks, row groups revisited
+    {"lanes": 8, "rows": 2, "teams": 2, "unroll": 3, "xq": "dispatch", "splits": 2},
+    {"lanes": 8, "rows": 4, "teams": 2, "unroll": 1, "reduce": "tree"},
+], ids=["whole", "chunks-groups", "dispatch-splits", "tree"])
+def test_one_vector_decoded_unit_by_unit_gives_the_same_bits(dtype, knobs):
+    # LAZY_DECODE moves each unit's decoding next to its dot product; the sums and their order are
+    # the same, so the products must match the kernel that decodes a batch first bit for bit
+    feats = kp.list_devices()[0].get("features", {})
+    if not feats.get("integer_dot_product"):
+        pytest.skip("the device has no shaderIntegerDotProduct")
+    if knobs.get("reduce") != "tree" and not feats.get("subgroup_shuffle"):
+        pytest.skip("the device has no subgroup shuffles")
+    n_rows, n_cols = 21, 2304  # 72 blocks of 32: lane steps end part way through a batch
+    rng = np.random.default_rng(40 + int(dtype))
+    raw = quantize(rng.uniform(-1, 1, (n_rows, n_cols)).astype(np.float32), dtype)
+    x = rng.uniform(-1, 1, (1, n_cols)).astype(np.float32)
+    got = {}
+    for lazy in (False, True):
+        with VulkanBackend(qmatvec={"layout": "packed", **knobs, "lazy_decode": lazy}) as be:
+            assert be._policy.qmatvec(dtype, n_cols, n_rows, 1).spec[9] == int(lazy)
+            got[lazy] = run_batch(be, dtype, raw, x, n_rows, n_cols, 1)
+    diff = np.flatnonzero(got[True].view(np.uint32) != got[False].view(np.uint32))
+    assert diff.size == 0, (f"{dtype.name} {knobs}: {diff.size} outputs differ, first at {diff[0]}: "
+                            f"{got[True][diff[0]]!r} (unit by unit) vs {got[False][diff[0]]!r} (batch first)")
+
+
+@pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
 def test_the_packed_kernel_takes_each_formats_shape_for_one_vector_and_for_batches_and_a_knob_wins():
     """QMATVEC_PACKED_BATCH_TEAMS and the per-format exceptions (QMATVEC_PACKED_FORMAT_SHAPES): 8 vectors
     of a model-sized matrix run 8 teams of 32 lanes a workgroup, 4 vectors keep 16 teams, and a format's
