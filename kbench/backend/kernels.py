@@ -967,8 +967,8 @@ class KernelPolicy:
         workgroups per compute unit where the device reports its compute units, each taking
         several row groups (0: one workgroup per row group), ``groups``: at most that many
         workgroups whatever the device (for tests and probes), ``prefetch`` (default True): a
-        workgroup's first loads go out before it quantizes x, ``lazy_decode`` (one vector; default:
-        QMATVEC_PACKED_LAZY_DECODE): each unit decoded just before its dot product,
+        workgroup's first loads go out before it quantizes x, ``lazy_decode`` (one vector of 16-bit x with
+        subgroup sums; default: QMATVEC_PACKED_LAZY_DECODE): each unit decoded just before its dot product,
         ``rows`` per team, ``xq`` "workgroup" (default where x fits in shared memory): each
         workgroup quantizes x into shared memory itself, no second dispatch, or "dispatch"), ``x_bits``
         16 (default: x's error about 2e-10 NMSE) or 8 (with ``xq`` "workgroup" only: x as signed bytes, one
@@ -1186,7 +1186,7 @@ class KernelPolicy:
     #: was 1.7 us slower than without it, twice (docs/kernel-choices.md)
     QMATVEC_PACKED_NO_PREFETCH = {(DType.Q8_0, "short")}
     #: (format, "short" | "long" rows) whose packed kernel decodes each unit of one vector's rows just
-    #: before its dot product (the shader's LAZY_DECODE; the ``lazy_decode`` knob)
+    #: before its dot product (the shader's variants *.lazy.*; the ``lazy_decode`` knob)
     QMATVEC_PACKED_LAZY_DECODE: frozenset = frozenset()
     #: the automatic choice shrinks the teams per workgroup (small matrices) until the grid has at
     #: least this many workgroups per compute unit (or 64 workgroups where the device does not say
@@ -1357,6 +1357,13 @@ class KernelPolicy:
             last = False  # the automatic choice: the second dispatch there
         if last:
             reduce = "last." + reduce
+        if lazy and (nx > 1 or reduce != "sg" or x_bits == 8):
+            if cfg.get("lazy_decode"):
+                raise ValueError("quantized_matmul: lazy_decode has variants for one vector of 16-bit x with "
+                                 "subgroup sums and unsplit or dispatch-summed rows only")
+            lazy = False
+        if lazy:
+            reduce = "lazy." + reduce
         plan = {"rows": rows * teams, "packed": True,
                 "packed_bytes": self.qmatvec_packed_bytes(dtype, n_rows, n_cols)}
         per_cu = cfg.get("per_cu", auto["per_cu"])
@@ -1369,7 +1376,7 @@ class KernelPolicy:
         plan["splits"] = splits
         plan["split_last"] = last
         spec = (wg, rows, chunk * ux if x_shared else blocks, lanes, unroll, int(prefetch), nx,
-                part_floats(rows, wg), spu if splits > 1 else 0, int(lazy))
+                part_floats(rows, wg), spu if splits > 1 else 0)
         if x_shared:
             xwg = "xwg8" if x_bits == 8 else "xwg"
             return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.{xwg}.{reduce}.spv", spec, PUSH_QMATVEC,
