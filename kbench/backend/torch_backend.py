@@ -8,8 +8,8 @@ Choices that make the peer the path a user would otherwise pick: TF32 is off for
 (kbench's fp32 matmul is held to float32 accuracy); quantized weights are dequantized once per
 weight buffer (cached until the buffer is written again) and multiplied in float32.  A buffer
 holding the same bytes as the last weights dequantized (the bench's rotating copies of one matrix)
-gets a device copy of their float32 weights instead of another dequantization on the host, which
-took 0.2-0.5 s per copy of a model-sized matrix on the H100's host (2026-12-07, README).
+gets a device copy of their float32 weights instead of another dequantization on the host (what
+that cost: the README's "Where the main job's time goes").
 """
 
 from __future__ import annotations
