@@ -50,10 +50,18 @@
 # onevec: one vector of Q4_0, Q8_0, Q4_K, Q6_K (or $DTYPES) under each knob set of $ONE_KNOBS (sets split by ';';
 #         default: the automatic kernel, then each unit decoded just before its dot product (lazy_decode), that
 #         with 16 teams, x held in halves of 7168 columns (x_chunk: long rows' shared memory halved, so that with
-#         64 registers two workgroups fit an SM), and both), with registers and the read floor; about 4 minutes
+#         64 registers two workgroups fit an SM), and both), with registers, each kernel's timeline twin (how many
+#         workgroups were resident at once; ONE_CUT= leaves it out) and the read floor; about 5 minutes
 # Writes result runs and logs under $OUT (at most 8 files come back).
 set -u
 source .gl/device-env.sh
+# the probes' cut twins are compiled on the device: by the glslang that built the shipped SPIR-V where one is carried
+# as .gl/glslang (cp third_party/glslang/bin/glslangValidator .gl/glslang, with this machine's libstdc++.so.6 in
+# .gl/lib/ for a device whose own is older; docs/shaders.md), else by the device's glslang 12 (the probe says so)
+if [ -x .gl/glslang ]; then
+  export KBENCH_GLSLANG=$PWD/.gl/glslang
+  "$KBENCH_GLSLANG" --version > /dev/null 2>&1 || export LD_LIBRARY_PATH=$PWD/.gl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
 export PYTHONUNBUFFERED=1
 out=${OUT:-out}; mkdir -p "$out"
 what=${1:-bench}
@@ -150,10 +158,6 @@ elif [ "$what" = coop ]; then
   CUDA_VISIBLE_DEVICES= timeout ${BATCH_S:-120} "${p[@]}" --knobs coop=true >> "$out/probe_coop.log" 2>&1
   # launch shapes at 8 vectors (Q4_0) beside the default (README, rounds 6-8): one subgroup, one block a step,
   # 4 splits, loads one step ahead; each with its timeline (workgroups resident per SM, a step's time)
-  if [ -x .gl/glslang ]; then
-    export KBENCH_GLSLANG=$PWD/.gl/glslang
-    "$KBENCH_GLSLANG" --version > /dev/null 2>&1 || export LD_LIBRARY_PATH=$PWD/.gl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  fi
   echo "# knobs: coop=true, cuts: ${COOP_CUTS-timeline loads decode dots}" >> "$out/probe_coop.log"
   # shellcheck disable=SC2086
   CUDA_VISIBLE_DEVICES= timeout ${KNOB_S:-45} python3 -m kbench.probes qmatvec --stats --repeats 3 --dtypes Q4_0 \
@@ -197,8 +201,8 @@ elif [ "$what" = onevec ]; then
     kn=(layout=packed $ks)
     echo "## knobs ${kn[*]}"
     # shellcheck disable=SC2086
-    timeout ${ONE_S:-80} python3 -m kbench.probes qmatvec --vecs 1 --repeats 3 --stats --dtypes ${DTYPES:-Q4_0 Q8_0 Q4_K Q6_K} \
-      --knobs "${kn[@]}" 2>&1 | grep -v "^# warmed\|^fp16"
+    timeout ${ONE_S:-100} python3 -m kbench.probes qmatvec --vecs 1 --repeats 3 --stats --dtypes ${DTYPES:-Q4_0 Q8_0 Q4_K Q6_K} \
+      --knobs "${kn[@]}" ${ONE_CUT---cut timeline} 2>&1 | grep -v "^# warmed\|^fp16"
   done > "$out/probe_onevec.log"
   cat "$out/probe_onevec.log"
 elif [ "$what" = kquants ]; then

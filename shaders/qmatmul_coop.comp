@@ -10,7 +10,7 @@
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #endif
-// kbench: requires glslang>=16.5
+// kbench: requires glslang>=13
 // kbench: variant q4_0.khr QT_Q4_0 target=vulkan1.3
 // kbench: variant q4_0.emulated QT_Q4_0 COOP_EMULATE target=vulkan1.1
 // kbench: variant q8_0.khr QT_Q8_0 target=vulkan1.3

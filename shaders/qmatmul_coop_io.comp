@@ -1,6 +1,5 @@
 #version 450
 #extension GL_EXT_control_flow_attributes : enable
-// kbench: requires glslang>=16.5
 // kbench: variant x X_PREP
 // kbench: variant sum SPLIT_SUM
 //

@@ -31,7 +31,6 @@
 //             in the high half (GGUF's first word of the block, as it is).
 // 148 bytes per block: GGUF's 144, its 12 bytes of 6-bit scales and mins grown to 16.
 
-// kbench: requires glslang>=16.5
 // kbench: variant q4_0 QT_Q4_0
 // kbench: variant q8_0 QT_Q8_0
 // kbench: variant q6_k QT_Q6_K

@@ -33,7 +33,6 @@
 // the 16-bit x takes two, at the price of x's quantization error (NMSE about 3e-5 against float64
 // for uniform x, where 16 bits give about 2e-10): the kernels' integer issue halves.
 
-// kbench: requires glslang>=16.5
 // kbench: variant q4_0.sg QT_Q4_0 USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_0.tree QT_Q4_0 target=vulkan1.1
 // kbench: variant q8_0.sg QT_Q8_0 USE_SUBGROUP target=vulkan1.1

@@ -241,3 +241,34 @@ def test_the_timeline_twin_of_a_split_kernel_records_every_split_of_every_row_gr
     assert len(lines) == 2, f"a timeline line per shape expected:\n{out}"
     for line, groups in zip(lines, (24, 8)):
         assert f"{groups} workgroups over" in line, f"{groups} workgroups expected in {line!r}\n{out}"
+
+
+def test_a_twin_built_by_another_glslang_than_the_shipped_kernel_says_so(capsys, monkeypatch):
+    # the driver's code depends on the SPIR-V it gets (docs/shaders.md): a twin from another compiler
+    # than the shipped kernel's is not a like-for-like ablation, and the probe's log must say which
+    if not _has_int_dot():
+        pytest.skip("the device has no shaderIntegerDotProduct (the packed kernel needs it)")
+    from kbench.backend import VulkanBackend
+    from kbench.probes.qmatvec import cut_kernel
+    from kbench.quant import DType
+    from kbench.shaders import build
+
+    real = build.load_manifest()
+    be = VulkanBackend()
+    try:
+        be._policy.configure_qmatvec({"layout": "packed", "xq": "workgroup"})
+        shipped = be._policy.qmatvec(DType.Q4_0, 512, 96)
+        built = ".".join(map(str, build.pick_compiler(
+            next(o for o in build.declared_outputs() if o.name == shipped.spv), build.find_compilers()).version))
+        for shipped_by, noted in ((built, False), ("99.0.0", True)):
+            manifest = {**real, "outputs": {**real["outputs"], shipped.spv: {**real["outputs"][shipped.spv],
+                                                                             "glslang": shipped_by}}}
+            monkeypatch.setattr(build, "load_manifest", lambda *a, m=manifest: m)
+            cut_kernel(be, shipped, ("dots",))
+            out = capsys.readouterr().out
+            assert ("compiled by glslang" in out) == noted, \
+                f"shipped by {shipped_by}, twin by {built}: expected a note {noted}, got {out!r}"
+            if noted:
+                assert f"glslang {built}, the shipped kernel by 99.0.0" in out, out
+    finally:
+        be.close()

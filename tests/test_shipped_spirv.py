@@ -15,6 +15,13 @@ from kbench.shaders import build as bs
 
 REPO = Path(__file__).resolve().parent.parent
 
+#: sources whose shipped SPIR-V is what performance rounds 5-11 measured on the H100/H200, and the
+#: glslang that built it: the driver's code depends on the SPIR-V it gets (docs/shaders.md), so a
+#: rebuild by another compiler is an unmeasured kernel
+MEASURED_GLSLANG = {"shaders/qmatvec_packed.comp": "16.5.0", "shaders/qmatvec_pack.comp": "16.5.0",
+                    "shaders/qmatmul_coop.comp": "16.5.0", "shaders/qmatmul_coop_io.comp": "16.5.0",
+                    "shaders/matmul_coop2.comp": "16.5.0"}
+
 
 def test_manifest_matches_every_declared_output():
     outputs = bs.declared_outputs()
@@ -145,3 +152,11 @@ def test_sources_recompile_and_match_shipped_bytes(tmp_path):
             )
             compared += 1
     assert compared > 0, "no output could be compared with a matching glslang version"
+
+
+def test_measured_kernels_stay_built_by_the_glslang_they_were_measured_with():
+    wrong = {name: entry["glslang"] for name, entry in bs.load_manifest()["outputs"].items()
+             if entry["source"] in MEASURED_GLSLANG and entry["glslang"] != MEASURED_GLSLANG[entry["source"]]}
+    assert not wrong, (f"rebuilt by another glslang than the measured one: {wrong}; rebuild them with "
+                       f"KBENCH_GLSLANG set to glslang {sorted(set(MEASURED_GLSLANG.values()))} "
+                       f"(docs/shaders.md), or measure the new build and update MEASURED_GLSLANG")

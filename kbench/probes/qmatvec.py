@@ -247,13 +247,19 @@ def cut_kernel(be, kernel, cut, coop=None):
     defines its shipped SPIR-V is built with, kbench.shaders.build) until reconfigured; ``coop``: the
     cooperative-matrix plan whose main kernel ``kernel`` is."""
     from kbench.runtime import compile_source
-    from kbench.shaders.build import declared_outputs, find_compilers, pick_compiler
+    from kbench.shaders.build import declared_outputs, find_compilers, load_manifest, pick_compiler
 
     out = next(o for o in declared_outputs() if o.name == kernel.spv)
     defines = dict(d.split("=", 1) if "=" in d else (d, 1) for d in out.defines)
     defines.update({CUTS[c]: 1 for c in cut})
     # the oldest glslang the shader declares it needs (CompilerTooOld says which, where none is)
-    glslang = pick_compiler(out, find_compilers()).path
+    compiler = pick_compiler(out, find_compilers())
+    glslang = compiler.path
+    shipped = load_manifest()["outputs"].get(kernel.spv, {}).get("glslang")
+    built = ".".join(map(str, compiler.version))
+    if shipped and shipped != built:  # the driver's code depends on the SPIR-V it gets (docs/shaders.md)
+        print(f"# twin of {kernel.spv} compiled by glslang {built}, the shipped kernel by {shipped}: set "
+              f"KBENCH_GLSLANG to a glslang {shipped} for a like-for-like twin", flush=True)
     code = compile_source(out.source.read_text(encoding="utf-8"), defines, out.target, glslang=glslang)
     # its own name: its own key in the backend's pipeline cache
     ablated = dataclasses.replace(kernel, spv=f"{kernel.spv}+cut:{'+'.join(cut)}", code=code)
