@@ -65,6 +65,10 @@ fi
 export PYTHONUNBUFFERED=1
 out=${OUT:-out}; mkdir -p "$out"
 what=${1:-bench}
+# the card, driver and clocks at the start of a run
+gpu_txt() {
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+}
 # ggml's test-backend-ops from a carried folder DIR (the binary, maybe xz'd, and lib/): sets $bin; the binary was
 # built on Debian bookworm: where this machine's libstdc++/libgomp are older, the carried ones are used
 ggml_binary() {
@@ -75,7 +79,7 @@ ggml_binary() {
 }
 if [ "$what" = bench ]; then
   mkdir -p "$out/b"
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+  gpu_txt
   k=()
   for c in add element_mul silu; do k+=(-k "$c[size=16777216]" -k "$c[size=268435456]"); done
   for c in softmax rms_norm; do k+=(-k "$c[size=16777216," -k "$c[size=268435456,"); done
@@ -95,7 +99,7 @@ if [ "$what" = bench ]; then
   tail -2 "$out/tests.log"
 elif [ "$what" = mainjob ]; then
   mkdir -p "$out/m" "$out/q"
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+  gpu_txt
   # the torch peer's tests (its weights dequantized once per matrix): they need CUDA, so they run here
   KBENCH_VALIDATION=0 timeout 120 python3 -m pytest tests/test_torch_peer_weights.py -q -rs -p no:cacheprovider \
     >> "$out/gpu.txt" 2>&1
@@ -109,7 +113,7 @@ elif [ "$what" = mainjob ]; then
   tar czf "$out/runs.tgz" -C "$out" m q && rm -rf "$out/m" "$out/q"
 elif [ "$what" = round3 ]; then
   mkdir -p "$out/b"
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+  gpu_txt
   timeout 60 python3 -m kbench.probes read_floor > "$out/read_floor.log" 2>&1
   grep "^# floor" "$out/read_floor.log"
   k=()
@@ -148,7 +152,7 @@ elif [ "$what" = round5 ]; then
 elif [ "$what" = coop ]; then
   # batches on cooperative matrices (shaders/qmatmul_coop.comp, the coop knob) against the automatic packed
   # kernel and torch's fp16 mm, same run: its tests on the real matrices first, then shapes and splits
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+  gpu_txt
   KBENCH_VALIDATION=0 timeout ${TESTS_S:-90} python3 -m pytest tests/test_qmatmul_coop.py -q -p no:cacheprovider \
     > "$out/tests.log" 2>&1
   tail -3 "$out/tests.log"
@@ -174,7 +178,7 @@ elif [ "$what" = coop ]; then
 elif [ "$what" = units ]; then
   # Q6_K's packed layout by unit (README, performance round 8): one vector of every format with the packed
   # kernel's timeline (workgroups per SM), then batches of 2, 4 and 8 vectors beside torch's fp16 mm
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+  gpu_txt
   CUDA_VISIBLE_DEVICES= timeout ${ONE_S:-80} python3 -m kbench.probes qmatvec --stats --repeats 3 --no-floor \
     --variants auto cut:timeline:packedw > "$out/probe_one.log" 2>&1
   # shellcheck disable=SC2086
@@ -182,7 +186,7 @@ elif [ "$what" = units ]; then
     > "$out/probe_vecs.log" 2>&1
   grep -v "^# warmed" "$out/probe_one.log" "$out/probe_vecs.log"
 elif [ "$what" = splits ]; then
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+  gpu_txt
   for sp in auto ${SPLITS:-2 2:last 4:last}; do
     kn=(layout=packed); [ "$sp" != auto ] && kn+=("splits=${sp%%:*}"); [ "${sp#*:}" = last ] && kn+=(split_sum=last)
     echo "## knobs ${kn[*]}"
@@ -192,7 +196,7 @@ elif [ "$what" = splits ]; then
   done > "$out/probe_splits.log"
   cat "$out/probe_splits.log"
 elif [ "$what" = onevec ]; then
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+  gpu_txt
   timeout 60 python3 -m kbench.probes read_floor > "$out/read_floor.log" 2>&1
   grep "^# floor" "$out/read_floor.log"
   IFS=';' read -ra sets <<< "${ONE_KNOBS:-;lazy_decode=true;lazy_decode=true teams=16;x_chunk=7168;lazy_decode=true x_chunk=7168}"
@@ -206,7 +210,7 @@ elif [ "$what" = onevec ]; then
   done > "$out/probe_onevec.log"
   cat "$out/probe_onevec.log"
 elif [ "$what" = kquants ]; then
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+  gpu_txt
   # shellcheck disable=SC2086
   timeout ${KQ_S:-75} python3 -m kbench.probes qmatvec --stats --repeats 3 --dtypes ${DTYPES:-Q4_K Q6_K} --variants \
     ${KQ_VARIANTS:-auto gguf packed packed:64:4 packed:128:4 packed:256:2 packedw:128:16 packedw:256:16 packedw8 \
@@ -215,7 +219,7 @@ elif [ "$what" = kquants ]; then
 elif [ "$what" = quantized ]; then
   # round3's quantized_matmul part alone: read floor, bench beside torch, ggml like for like
   mkdir -p "$out/b"
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+  gpu_txt
   timeout 60 python3 -m kbench.probes read_floor > "$out/read_floor.log" 2>&1
   grep "^# floor" "$out/read_floor.log"
   k=(); g=()
@@ -233,7 +237,7 @@ elif [ "$what" = quantized ]; then
   grep "^Q4_" "$out/probe_x8_reread.log"
   tar czf "$out/runs.tgz" -C "$out" b && rm -rf "$out/b"
 elif [ "$what" = ablate ]; then
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+  gpu_txt
   KBENCH_VALIDATION=0 timeout ${TESTS_S:-60} python3 -m pytest tests/test_runtime_pipeline_statistics.py -q -rs \
     -p no:cacheprovider > "$out/tests.log" 2>&1
   tail -3 "$out/tests.log"
@@ -261,7 +265,7 @@ elif [ "$what" = ablate ]; then
   cat "$out/probe_vecs8.log"
 elif [ "$what" = batches ]; then
   mkdir -p "$out/b"
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+  gpu_txt
   KBENCH_VALIDATION=0 timeout ${TESTS_S:-150} python3 -m pytest tests/test_qmatvec_vectors.py tests/test_qmatvec_packed.py \
     tests/test_qmatvec_kernels.py -k "packed or chunk or vector" -q -p no:cacheprovider > "$out/tests.log" 2>&1
   tail -3 "$out/tests.log"
@@ -278,7 +282,7 @@ elif [ "$what" = batches ]; then
   tar czf "$out/runs.tgz" -C "$out" b && rm -rf "$out/b"
 elif [ "$what" = foreign ]; then
   mkdir -p "$out/f"
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1
+  gpu_txt
   ggml_binary third_party/ggml-bin
   timeout ${VALIDATE_S:-120} python3 -m kbench validate --kernels yule --source third_party/yule -q single --quiet \
     --out "$out/f" > "$out/yule-validate.log" 2>&1

@@ -1278,8 +1278,8 @@ class KernelPolicy:
         if prefetch is None:
             prefetch = nx > 1 or (dtype, row_class) not in self.QMATVEC_PACKED_NO_PREFETCH
         lazy = cfg.get("lazy_decode")
-        if lazy is None:
-            lazy = nx == 1 and (dtype, row_class) in self.QMATVEC_PACKED_LAZY_DECODE
+        if lazy is None:  # (batches are left out below: the lazy variants take one vector)
+            lazy = (dtype, row_class) in self.QMATVEC_PACKED_LAZY_DECODE
         # at most a sum (row, vector) per lane where it can be: every lane holds all of its team's
         # sums, and more rows than that only spend registers (many vectors: one row, lanes write
         # several sums each)
