@@ -106,6 +106,12 @@ layout(constant_id = 7) const uint PART = 1;
 // 14336) otherwise launch fewer workgroups than the device has compute units.  Variants *.last.*:
 // no second dispatch; the last split of a row group to finish adds the partial sums (split_finish).
 layout(constant_id = 8) const uint SPLIT_UNITS = 0;
+// BALANCE: the grid's workgroups share the matrix's blocks of ROWS rows evenly (workgroup w of G takes
+// blocks w * B / G .. (w + 1) * B / G - 1, one per team; teams past them idle), where a grid of whole
+// row groups leaves some compute units one workgroup and others two (224 groups of 64 rows on 132
+// SMs): the policy launches a whole number of workgroups per compute unit, so each unit reads about
+// the same bytes.  One pass, no splits.
+layout(constant_id = 9) const bool BALANCE = false;
 #if defined(LAZY_DECODE)
 // Variants *.lazy.*: one vector's units decoded each just before its dot product rather than every
 // row's units of the batch first (their decoded words all live at once: Q4_K's short rows spilled
@@ -670,9 +676,14 @@ void main() {
     uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
     uint n_groups = gl_NumWorkGroups.x * gl_NumWorkGroups.y;
     uint group_rows = TEAMS * ROWS;
-    if (group * group_rows >= pc.n_rows) {
+    // BALANCE: this workgroup's blocks of ROWS rows blk0 .. blk1 - 1 (the policy keeps B * G < 2^32)
+    uint n_blk = (pc.n_rows + ROWS - 1u) / ROWS;
+    uint blk0 = group * n_blk / n_groups, blk1 = (group + 1u) * n_blk / n_groups;
+    if (BALANCE ? blk0 >= blk1 : group * group_rows >= pc.n_rows) {
         return;  // whole workgroup: no barrier is skipped by part of it
     }
+    // a team with no block of rows (BALANCE): past the matrix, so it loads and writes nothing
+    uint team_row0 = BALANCE ? (blk0 + team < blk1 ? (blk0 + team) * ROWS : pc.n_rows) : group * group_rows + team * ROWS;
     uint nb = pc.n_cols >> 5u;  // x's blocks of 32
     uint nu = nb / UX;           // units per row
     // this split's units u0 .. u1 - 1 of each row (every split has some: the policy launches no empty one)
@@ -708,12 +719,14 @@ void main() {
         pre1 = x4[src + 1u];
     }
 #endif
-    if (PREFETCH) {
-        load_batch(group * group_rows + team * ROWS, u0 + tl, nu, min(u0 + cu, u1));
+    if (PREFETCH && team_row0 < pc.n_rows) {
+        load_batch(team_row0, u0 + tl, nu, min(u0 + cu, u1));
     }
     uint held = 0xFFFFFFFFu;  // the first unit of the chunk of x in shared memory
-    for (uint g = group; g * group_rows < pc.n_rows; g += n_groups) {  // uniform over the workgroup
-        uint row0 = g * group_rows + team * ROWS;
+    // uniform over the workgroup; BALANCE: one pass
+    for (uint g = group; BALANCE ? g == group : g * group_rows < pc.n_rows; g += n_groups) {
+        uint row0 = g == group ? team_row0 : g * group_rows + team * ROWS;
+        bool idle = row0 >= pc.n_rows;  // the team's units: none
         [[unroll]] for (uint k = 0u; k < KP; ++k) {
             acc[k] = 0.0;
         }
@@ -747,7 +760,7 @@ void main() {
                 held = c0;
             }
 #endif
-            team_units(tl, row0, nu, c0, c1, PREFETCH && g == group && c0 == u0);
+            team_units(tl, row0, nu, c0, idle ? c0 : c1, PREFETCH && g == group && c0 == u0);
 #ifdef TIMELINE
             steps += (c1 - c0 + LANES * UNROLL - 1u) / (LANES * UNROLL);  // a team's batches
 #endif

@@ -219,6 +219,9 @@ def _props(**features):
     ({"x_bits": 8}, "x_bits is a choice of layout='packed'"),
     ({"layout": "packed", "lazy_decode": "yes"}, "lazy_decode must be True or False"),
     ({"lazy_decode": True}, "lazy_decode is a choice of layout='packed'"),
+    ({"balance": True}, "balance is a choice of layout='packed'"),
+    ({"layout": "packed", "balance": 0}, "balance must be True, False or a number of compute units > 0"),
+    ({"layout": "packed", "balance": "yes"}, "balance must be True, False or a number of compute units > 0"),
 ])
 def test_bad_packed_configurations_are_refused(knobs, message):
     pol = KernelPolicy(_props(integer_dot_product=True))
@@ -333,6 +336,34 @@ def test_packed_launch_in_whole_waves_where_the_device_reports_its_compute_units
     unknown = KernelPolicy(_props(integer_dot_product=True))
     unknown.configure_qmatvec(layout="packed", per_cu=3)
     assert unknown.qmatvec(DType.Q4_0, 4096, 14336).max_groups == 0, "no compute unit count: one per row group"
+
+
+def test_a_balanced_grid_is_a_whole_number_of_workgroups_per_compute_unit_covering_every_row():
+    props = {**_props(integer_dot_product=True, subgroup_shuffle=True),
+             "compute_units": {"count": 132, "threads": 2048}}
+    pol = KernelPolicy(props)
+    pol.configure_qmatvec(layout="packed", teams=16, rows=4, balance=True)
+    k = pol.qmatvec(DType.Q4_0, 4096, 14336)  # 3584 blocks of 4 rows: 224 workgroups of 16 teams at least
+    assert k.balanced_groups == 264 and k.groups(14336) == 264 and k.spec[9] == 1, k
+    pol.configure_qmatvec(layout="packed", teams=16, rows=2, balance=True)
+    assert pol.qmatvec(DType.Q4_0, 14336, 4096).balanced_groups == 132, "2048 blocks: 128 groups, one a unit"
+    pol.configure_qmatvec(layout="packed", teams=8, rows=4, balance=True)
+    assert pol.qmatvec(DType.Q4_K, 4096, 14336).balanced_groups == 528, "448 groups of 8 teams: 4 a unit"
+    pol.configure_qmatvec(layout="packed", teams=16, rows=4, balance=True)
+    assert pol.qmatvec(DType.Q4_0, 4096, 40).balanced_groups == 10, "never more workgroups than blocks"
+    pol.configure_qmatvec(layout="packed", teams=2, rows=2, balance=3)  # 3 pretended units
+    assert pol.qmatvec(DType.Q4_0, 64, 13).balanced_groups == 6, "7 blocks, 4 groups: 2 a unit"
+    pol.configure_qmatvec(layout="packed", teams=16, rows=4)
+    k = pol.qmatvec(DType.Q4_0, 4096, 14336)
+    assert k.balanced_groups == 0 and k.groups(14336) == 224 and k.spec[9] == 0, "off unless asked (the default)"
+    for knobs, why in (({"splits": 2}, "split"), ({"groups": 8}, "caps the grid"), ({"per_cu": 2}, "caps the grid")):
+        pol.configure_qmatvec(layout="packed", balance=True, **knobs)
+        with pytest.raises(ValueError, match=f"balance=True cannot be had here: .*{why}"):
+            pol.qmatvec(DType.Q4_0, 4096, 14336)
+    unknown = KernelPolicy(_props(integer_dot_product=True, subgroup_shuffle=True))
+    unknown.configure_qmatvec(layout="packed", balance=True)
+    with pytest.raises(ValueError, match="does not report its compute units"):
+        unknown.qmatvec(DType.Q4_0, 4096, 14336)
 
 
 def test_x_that_does_not_fit_whole_is_held_in_chunks_and_a_knob_sets_the_chunk():

@@ -113,6 +113,9 @@ class QMatvecKernel(Kernel):
     #: launch at most this many workgroups, each taking every max_groups-th group of ``rows`` rows
     #: (0: one workgroup per group of rows)
     max_groups: int = 0
+    #: launch exactly this many workgroups, the matrix's row blocks spread evenly over them (the packed
+    #: kernel's BALANCE; 0: one workgroup per group of ``rows`` rows)
+    balanced_groups: int = 0
     #: vectors x one dispatch multiplies (quantized_matmul's n_vecs; 1: a backend runs a batch
     #: as one call per vector)
     vectors: int = 1
@@ -125,6 +128,8 @@ class QMatvecKernel(Kernel):
 
     def groups(self, n_rows: int) -> int:
         """Workgroups to launch for ``n_rows`` rows."""
+        if self.balanced_groups:
+            return self.balanced_groups
         need = _ceil_div(n_rows, self.rows)
         return min(need, self.max_groups) if self.max_groups else need
 
@@ -978,11 +983,14 @@ class KernelPolicy:
         where it fits, else the largest chunk that does, see QMATVEC_PACKED_MIN_X_CHUNK), ``splits``: workgroups
         along each row (default QMATVEC_PACKED_SPLIT_GROUPS_PER_CU's rule), their partial sums added by
         ``split_sum`` "dispatch" (a second dispatch) or "last" (the last split of each row group, in the
-        kernel; 16-bit x and subgroup sums only; default QMATVEC_PACKED_SPLIT_SUM); other formats keep the
-        GGUF kernels."""
+        kernel; 16-bit x and subgroup sums only; default QMATVEC_PACKED_SPLIT_SUM), ``balance`` (default
+        QMATVEC_PACKED_BALANCE where the device reports its compute units; an int: that many units): a
+        whole number of workgroups per compute unit, the rows spread evenly over them a team's rows at a
+        time (unsplit rows, no ``per_cu`` or ``groups``); other formats keep the GGUF kernels."""
         cfg = dict(config or {}, **knobs)
         unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot", "xq",
                               "layout", "unroll", "per_cu", "groups", "prefetch", "lazy_decode", "x_bits", "x_chunk", "splits", "split_sum",
+                              "balance",
                               "coop", "coop_subgroups", "coop_unroll", "coop_splits", "coop_bshared", "coop_stages", "coop_depth",
                               "coop_accs"}
         if unknown:
@@ -1019,6 +1027,10 @@ class KernelPolicy:
                                  f"first dispatch or by each workgroup); it cannot take "
                                  f"{', '.join(clash)}="
                                  f"{', '.join(repr(cfg[k]) for k in clash)}")
+        if cfg.get("balance") is not None and not (isinstance(cfg["balance"], bool) or
+                                                   (isinstance(cfg["balance"], int) and cfg["balance"] > 0)):
+            raise ValueError(f"qmatvec config: balance must be True, False or a number of compute units > 0, "
+                             f"got {cfg['balance']!r}")
         for key in ("prefetch", "lazy_decode"):
             if cfg.get(key) is not None and not isinstance(cfg[key], bool):
                 raise ValueError(f"qmatvec config: {key} must be True or False, got {cfg[key]!r}")
@@ -1029,7 +1041,7 @@ class KernelPolicy:
                 raise ValueError("qmatvec config: x_bits=8 quantizes x in each workgroup; it cannot take "
                                  "xq='dispatch'")
         for key in ("unroll", "per_cu", "groups", "prefetch", "lazy_decode", "x_bits", "x_chunk", "splits",
-                    "split_sum"):
+                    "split_sum", "balance"):
             if cfg.get(key) is not None and cfg.get("layout") != "packed":
                 raise ValueError(f"qmatvec config: {key} is a choice of layout='packed'")
         if cfg.get("per_cu") is not None and (isinstance(cfg["per_cu"], bool) or not isinstance(cfg["per_cu"], int)
@@ -1249,6 +1261,30 @@ class KernelPolicy:
                              f"{self.max_count[2]} in z")
         return splits, spu
 
+    #: whether the packed kernel spreads the rows evenly over a whole number of workgroups per compute
+    #: unit (knob ``balance``; the shader's BALANCE) where the device reports its compute units
+    QMATVEC_PACKED_BALANCE = False
+
+    def _qmatvec_packed_balance(self, n_rows: int, rows: int, teams: int, splits: int, capped: bool) -> int:
+        """Workgroups of the balanced grid (0: the grid of whole row groups): the fewest whole
+        number per compute unit whose teams cover the matrix's blocks of ``rows`` rows."""
+        asked = self.qmatvec_config.get("balance")
+        if not (self.QMATVEC_PACKED_BALANCE if asked is None else asked):
+            return 0
+        units = asked if type(asked) is int else self.compute_units["count"] if self.compute_units else 0
+        why = ("its rows are split over workgroups" if splits > 1 else
+               "the per_cu or groups knob caps the grid" if capped else
+               "the device does not report its compute units (balance=N takes N)" if not units else "")
+        blocks = _ceil_div(n_rows, rows)
+        groups = min(blocks, _ceil_div(_ceil_div(blocks, teams), max(units, 1)) * units)
+        if not why and blocks * groups >= 1 << 32:
+            why = f"{blocks} blocks of rows x {groups} workgroups overflow the shader's 32-bit arithmetic"
+        if why:
+            if asked:
+                raise ValueError(f"quantized_matmul: balance=True cannot be had here: {why}")
+            return 0
+        return groups
+
     def split_sum(self) -> Kernel:
         """The kernel that adds the splits' partial sums of a split quantized matmul into y
         (qmatmul_coop_io.comp's sum variant: y[i] = sum over s of part[s * n + i])."""
@@ -1375,8 +1411,11 @@ class KernelPolicy:
         plan["vectors"] = nx
         plan["splits"] = splits
         plan["split_last"] = last
+        balanced = self._qmatvec_packed_balance(n_rows, rows, teams, splits, "max_groups" in plan)
+        if balanced:
+            plan["balanced_groups"] = balanced
         spec = (wg, rows, chunk * ux if x_shared else blocks, lanes, unroll, int(prefetch), nx,
-                part_floats(rows, wg), spu if splits > 1 else 0)
+                part_floats(rows, wg), spu if splits > 1 else 0, int(bool(balanced)))
         if x_shared:
             xwg = "xwg8" if x_bits == 8 else "xwg"
             return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.{xwg}.{reduce}.spv", spec, PUSH_QMATVEC,

@@ -497,6 +497,8 @@ def batches(args, shapes, dtypes, rng) -> int:
                     checked = not set(cut) - EXACT_CUTS
                     if ".xwg" in kernel.spv and kernel.spec[2] < n_cols // 32:  # x held a chunk at a time
                         name += f" x/{32 * kernel.spec[2]}"
+                    if getattr(kernel, "balanced_groups", 0):  # the rows spread over this many workgroups
+                        name += f" /b{kernel.balanced_groups}"
                     regs = f" {register_column(be, kernel):>5}" if args.stats else ""
                     print(f"{dtype.name:5} {n_rows:>5}x{n_cols:<5} {nv:>4} {name:34} {ns / 1e3:8.2f} "
                           f"{len(data) / ns * 1e-3:6.3f} {err:9.2e} {timer}{regs}"
@@ -659,6 +661,8 @@ def main(argv=None) -> int:
                     spec = "x".join(str(v) for v in kernel.spec)
                     if getattr(kernel, "max_groups", 0):
                         spec += f"/g{kernel.max_groups}"
+                    if getattr(kernel, "balanced_groups", 0):
+                        spec += f"/b{kernel.balanced_groups}"
                     x8 = cfg.get("x_bits") == 8  # held to 8-bit x's own limit, ranked apart
                     limit = X8_NMSE_LIMIT if x8 else 1e-8
                     # a load-only twin (raw) and an inexact cut compute no product to check
