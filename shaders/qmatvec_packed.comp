@@ -57,14 +57,6 @@
 // kbench: variant q4_k.xwg.tree QT_Q4_K XQ_WG target=vulkan1.1
 // kbench: variant q4_k.xwg8.sg QT_Q4_K XQ_WG X8 USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_k.xwg8.tree QT_Q4_K XQ_WG X8 target=vulkan1.1
-// kbench: variant q4_0.lazy.sg QT_Q4_0 LAZY_DECODE USE_SUBGROUP target=vulkan1.1
-// kbench: variant q8_0.lazy.sg QT_Q8_0 LAZY_DECODE USE_SUBGROUP target=vulkan1.1
-// kbench: variant q6_k.lazy.sg QT_Q6_K LAZY_DECODE USE_SUBGROUP target=vulkan1.1
-// kbench: variant q4_k.lazy.sg QT_Q4_K LAZY_DECODE USE_SUBGROUP target=vulkan1.1
-// kbench: variant q4_0.xwg.lazy.sg QT_Q4_0 XQ_WG LAZY_DECODE USE_SUBGROUP target=vulkan1.1
-// kbench: variant q8_0.xwg.lazy.sg QT_Q8_0 XQ_WG LAZY_DECODE USE_SUBGROUP target=vulkan1.1
-// kbench: variant q6_k.xwg.lazy.sg QT_Q6_K XQ_WG LAZY_DECODE USE_SUBGROUP target=vulkan1.1
-// kbench: variant q4_k.xwg.lazy.sg QT_Q4_K XQ_WG LAZY_DECODE USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_0.last.sg QT_Q4_0 SPLIT_LAST USE_SUBGROUP target=vulkan1.1
 // kbench: variant q8_0.last.sg QT_Q8_0 SPLIT_LAST USE_SUBGROUP target=vulkan1.1
 // kbench: variant q6_k.last.sg QT_Q6_K SPLIT_LAST USE_SUBGROUP target=vulkan1.1
@@ -112,12 +104,6 @@ layout(constant_id = 8) const uint SPLIT_UNITS = 0;
 // SMs): the policy launches a whole number of workgroups per compute unit, so each unit reads about
 // the same bytes.  One pass, no splits.
 layout(constant_id = 9) const bool BALANCE = false;
-#if defined(LAZY_DECODE)
-// Variants *.lazy.*: one vector's units decoded each just before its dot product rather than every
-// row's units of the batch first (their decoded words all live at once: Q4_K's short rows spilled
-// registers).  Variants of their own, so the others' SPIR-V (and registers) stay as measured.
-const bool LAZY = NX == 1u;
-#endif
 const uint TEAMS = gl_WorkGroupSize.x / LANES;
 
 // QV: uvec4 of quants per block, UNITS: units per block, NQ: uvec4 per unit, UX: x blocks per unit
@@ -476,9 +462,6 @@ void team_units(uint tl, uint row0, uint nu, uint c0, uint c1, bool loaded) {
             // to decode as an out array, lost their [1] entries on lavapipe, seen with ROWS = 2)
             uvec4 wa[ROWS * UX], wb[ROWS * UX];
             vec2 scale[ROWS * UX];
-#if defined(LAZY_DECODE)
-            if (!LAZY)
-#endif
             [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
                 uint k = u * ROWS + r;
                 [[unroll]] for (uint s = 0u; s < UX; ++s) {
@@ -512,12 +495,6 @@ void team_units(uint tl, uint row0, uint nu, uint c0, uint c1, bool loaded) {
 #endif
                     [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
                         uint i = r * UX + s;
-#if defined(LAZY_DECODE)
-                        if (LAZY) {
-                            uint k = u * ROWS + r;
-                            decode(q_next[k], extra_next[k], d_next[k], b, s, wa[i], wb[i], scale[i]);
-                        }
-#endif
                         acc[r * NX + v] += unit_dot(wa[i], wb[i], scale[i], xl0, xl1, xh0, xh1, sx, xs);
                     }
                 }

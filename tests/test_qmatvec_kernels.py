@@ -132,7 +132,7 @@ CONFIGS = {
                                                  "splits": 3}}, "packed"),
     # ... the rows spread evenly over a whole number of workgroups per (pretended) compute unit, a
     # team's rows at a time, teams past their workgroup's share idle: subgroup and tree sums, x from a
-    # dispatch, x in chunks, several units ahead, one vector decoded unit by unit
+    # dispatch, x in chunks, several units ahead
     "packed-xwg-sg-l8r2t4-balance3": ({"qmatvec": {"layout": "packed", "lanes": 8, "rows": 2, "teams": 4,
                                                    "balance": 3}}, "packed"),
     "packed-xwg-tree-l16r3t2-balance2": ({"qmatvec": {"layout": "packed", "lanes": 16, "rows": 3, "teams": 2,
@@ -141,8 +141,6 @@ CONFIGS = {
                                                           "unroll": 2, "balance": 5, "xq": "dispatch"}}, "packed"),
     "packed-xwg-sg-l8r2t2-chunk64-balance2": ({"qmatvec": {"layout": "packed", "lanes": 8, "rows": 2, "teams": 2,
                                                            "x_chunk": 64, "balance": 2}}, "packed"),
-    "packed-xwg-lazy-l8r2t4-balance3": ({"qmatvec": {"layout": "packed", "lanes": 8, "rows": 2, "teams": 4,
-                                                     "lazy_decode": True, "balance": 3}}, "packed"),
     # x as 8-bit signed bytes (variant xwg8): held to its own quantization bound
     "packed-x8-auto": ({"qmatvec": {"layout": "packed", "x_bits": 8}}, "packed"),
     "packed-x8-tree-l8r3t2u2": ({"qmatvec": {"layout": "packed", "x_bits": 8, "lanes": 8, "rows": 3, "teams": 2,

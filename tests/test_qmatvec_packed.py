@@ -217,8 +217,6 @@ def _props(**features):
     ({"layout": "packed", "x_bits": True}, "x_bits must be 8 or 16"),
     ({"layout": "packed", "x_bits": 8, "xq": "dispatch"}, "cannot take xq='dispatch'"),
     ({"x_bits": 8}, "x_bits is a choice of layout='packed'"),
-    ({"layout": "packed", "lazy_decode": "yes"}, "lazy_decode must be True or False"),
-    ({"lazy_decode": True}, "lazy_decode is a choice of layout='packed'"),
     ({"balance": True}, "balance is a choice of layout='packed'"),
     ({"layout": "packed", "balance": 0}, "balance must be True, False or a number of compute units > 0"),
     ({"layout": "packed", "balance": "yes"}, "balance must be True, False or a number of compute units > 0"),
@@ -270,12 +268,12 @@ def test_packed_launch_shape_takes_the_knobs_and_the_automatic_shape():
     # ahead, first loads before x is quantized, vectors, floats of the reduction's shared array (1:
     # one-subgroup teams sum by shuffles alone), units per split (0: whole rows); x quantized by each workgroup
     assert k.spv == "qmatvec_packed.q4_0.xwg.sg.spv" and not k.uses_xq, k
-    assert k.spec[1:] == (rows, 128, auto["lanes"], unroll, 1, 1, 1, 0), k
+    assert k.spec[1:] == (rows, 128, auto["lanes"], unroll, 1, 1, 1, 0, 0), k
     assert k.rows == rows * k.spec[0] // auto["lanes"], "the grid covers rows per team x teams per workgroup"
     assert k.spec[0] == 32 * auto["teams"], f"a large matrix keeps every team, got {k.spec}"
     rows, unroll = KernelPolicy.QMATVEC_PACKED_ROWS["long"]
     k = pol.qmatvec(DType.Q4_0, 14336, 4096)
-    assert k.spec[1:] == (rows, 448, auto["lanes"], unroll, 1, 1, 1, 0), "long rows: their own rows per team and unroll"
+    assert k.spec[1:] == (rows, 448, auto["lanes"], unroll, 1, 1, 1, 0, 0), "long rows: their own rows per team and unroll"
     # Q8_0's short rows quantize x before their first loads (QMATVEC_PACKED_NO_PREFETCH); its long
     # rows and batches of vectors load first
     assert pol.qmatvec(DType.Q8_0, 4096, 14336).spec[5] == 0, "Q8_0, short rows: no loads before x"
@@ -284,19 +282,10 @@ def test_packed_launch_shape_takes_the_knobs_and_the_automatic_shape():
     assert pol.qmatvec(DType.Q6_K, 4096, 14336).spec[5] == 1, "Q6_K, short rows: first loads before x"
     k = pol.qmatvec(DType.Q8_0, 65536, 64)  # 2048 blocks of x: 152 KiB, more than the device's 48
     assert ".xwg." in k.spv and not k.uses_xq and k.spec[2] == 640, f"x held in chunks of 640 blocks, got {k}"
-    pol.configure_qmatvec(layout="packed", lanes=64, rows=2, teams=2, unroll=4, xq="dispatch", prefetch=False,
-                          lazy_decode=True)
+    pol.configure_qmatvec(layout="packed", lanes=64, rows=2, teams=2, unroll=4, xq="dispatch", prefetch=False)
     k = pol.qmatvec(DType.Q8_0, 14336, 4096)
     # teams of two subgroups: their sums meet in shared memory, 2 rows x 2 subgroups per team x 2 teams
-    assert k.spec == (128, 2, 448, 64, 4, 0, 1, 8, 0) and k.rows == 4 and k.uses_xq, k
-    assert k.spv == "qmatvec_packed.q8_0.lazy.sg.spv", f"lazy_decode takes the lazy variant, got {k.spv}"
-    for knobs in ({"reduce": "tree"}, {"x_bits": 8}):  # no lazy variant of these: refused when asked for
-        pol.configure_qmatvec(layout="packed", lazy_decode=True, **knobs)
-        with pytest.raises(ValueError, match="lazy_decode has variants for one vector of 16-bit x"):
-            pol.qmatvec(DType.Q4_0, 14336, 4096)
-    pol.configure_qmatvec(layout="packed", lazy_decode=True)
-    with pytest.raises(ValueError, match="lazy_decode has variants for one vector"):
-        pol.qmatvec(DType.Q4_0, 14336, 4096, 2)
+    assert k.spec == (128, 2, 448, 64, 4, 0, 1, 8, 0, 0) and k.rows == 4 and k.uses_xq, k
     pol.configure_qmatvec(layout="packed", lanes=8, rows=16, teams=1)
     k = pol.qmatvec(DType.Q4_0, 64, 7)
     assert k.spec[0] % 32 == 0, f"whole subgroups per workgroup, got {k.spec}"

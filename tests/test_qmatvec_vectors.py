@@ -155,32 +155,32 @@ def test_x_quantized_by_each_workgroup_gives_the_products_of_x_quantized_by_a_fi
 
 @pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
 @pytest.mark.parametrize("dtype", [DType.Q4_0, DType.Q8_0, DType.Q6_K, DType.Q4_K], ids=lambda d: d.name)
+@pytest.mark.parametrize("vecs", [1, 3])
 @pytest.mark.parametrize("knobs", [
-    {"lanes": 8, "rows": 3, "teams": 4, "unroll": 2},                                # x whole, a ragged last batch
-    {"lanes": 4, "rows": 2, "teams": 2, "unroll": 1, "groups": 2, "x_chunk": 512},  # chunks, row groups revisited
-    {"lanes": 8, "rows": 2, "teams": 2, "unroll": 3, "xq": "dispatch", "splits": 2},
+    {"lanes": 8, "rows": 3, "teams": 4, "unroll": 2},                 # x whole, a ragged last batch
+    {"lanes": 4, "rows": 2, "teams": 2, "unroll": 1, "x_chunk": 512},  # x in chunks
+    {"lanes": 8, "rows": 2, "teams": 3, "unroll": 3, "xq": "dispatch"},
     {"lanes": 64, "rows": 4, "teams": 2, "unroll": 1},  # teams wider than a subgroup (on lavapipe: 8 lanes)
-], ids=["whole", "chunks-groups", "dispatch-splits", "wide-teams"])
-def test_one_vector_decoded_unit_by_unit_gives_the_same_bits(dtype, knobs):
-    # the lazy variants move each unit's decoding next to its dot product; the sums and their order are
-    # the same, so the products must match the kernel that decodes a batch first bit for bit
-    feats = kp.list_devices()[0].get("features", {})
-    if not feats.get("integer_dot_product"):
+    {"lanes": 8, "rows": 2, "teams": 4, "reduce": "tree"},
+], ids=["whole", "chunks", "dispatch", "wide-teams", "tree"])
+def test_a_balanced_grid_gives_the_bits_of_the_grid_of_row_groups(dtype, vecs, knobs):
+    # the balanced grid moves blocks of rows between workgroups (and leaves some teams idle); each row
+    # is still one team's sums in the same order, so the products must match bit for bit
+    if not kp.list_devices()[0].get("features", {}).get("integer_dot_product"):
         pytest.skip("the device has no shaderIntegerDotProduct")
-    if not feats.get("subgroup_shuffle"):
-        pytest.skip("the device has no subgroup shuffles (the lazy variants sum by subgroups)")
-    n_rows, n_cols = 21, 2304  # 72 blocks of 32: lane steps end part way through a batch
-    rng = np.random.default_rng(40 + int(dtype))
+    n_rows, n_cols = 47, 2304  # 72 blocks of 32: lane steps end part way through a batch; 47: a ragged last team
+    rng = np.random.default_rng(40 + int(dtype) + vecs)
     raw = quantize(rng.uniform(-1, 1, (n_rows, n_cols)).astype(np.float32), dtype)
-    x = rng.uniform(-1, 1, (1, n_cols)).astype(np.float32)
+    x = rng.uniform(-1, 1, (vecs, n_cols)).astype(np.float32)
     got = {}
-    for lazy in (False, True):
-        with VulkanBackend(qmatvec={"layout": "packed", **knobs, "lazy_decode": lazy}) as be:
-            assert (".lazy." in be._policy.qmatvec(dtype, n_cols, n_rows, 1).spv) == lazy
-            got[lazy] = run_batch(be, dtype, raw, x, n_rows, n_cols, 1)
-    diff = np.flatnonzero(got[True].view(np.uint32) != got[False].view(np.uint32))
+    for balance in (False, 5):  # 5 pretended compute units
+        with VulkanBackend(qmatvec={"layout": "packed", **knobs, "balance": balance}) as be:
+            kernel = be._policy.qmatvec(dtype, n_cols, n_rows, vecs)
+            assert bool(kernel.balanced_groups) == bool(balance), kernel
+            got[balance] = run_batch(be, dtype, raw, x, n_rows, n_cols, vecs)
+    diff = np.flatnonzero(got[5].view(np.uint32) != got[False].view(np.uint32))
     assert diff.size == 0, (f"{dtype.name} {knobs}: {diff.size} outputs differ, first at {diff[0]}: "
-                            f"{got[True][diff[0]]!r} (unit by unit) vs {got[False][diff[0]]!r} (batch first)")
+                            f"{got[5].flat[diff[0]]!r} (balanced) vs {got[False].flat[diff[0]]!r} (row groups)")
 
 
 @pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")

@@ -972,9 +972,7 @@ class KernelPolicy:
         workgroups per compute unit where the device reports its compute units, each taking
         several row groups (0: one workgroup per row group), ``groups``: at most that many
         workgroups whatever the device (for tests and probes), ``prefetch`` (default True): a
-        workgroup's first loads go out before it quantizes x, ``lazy_decode`` (one vector of 16-bit x with
-        subgroup sums; default: QMATVEC_PACKED_LAZY_DECODE): each unit decoded just before its dot product,
-        ``rows`` per team, ``xq`` "workgroup" (default where x fits in shared memory): each
+        workgroup's first loads go out before it quantizes x, ``rows`` per team, ``xq`` "workgroup" (default where x fits in shared memory): each
         workgroup quantizes x into shared memory itself, no second dispatch, or "dispatch"), ``x_bits``
         16 (default: x's error about 2e-10 NMSE) or 8 (with ``xq`` "workgroup" only: x as signed bytes, one
         byte dot per weight word instead of two, x's error about 3e-5 NMSE against float64: a faster,
@@ -989,7 +987,7 @@ class KernelPolicy:
         time (unsplit rows, no ``per_cu`` or ``groups``); other formats keep the GGUF kernels."""
         cfg = dict(config or {}, **knobs)
         unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot", "xq",
-                              "layout", "unroll", "per_cu", "groups", "prefetch", "lazy_decode", "x_bits", "x_chunk", "splits", "split_sum",
+                              "layout", "unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk", "splits", "split_sum",
                               "balance",
                               "coop", "coop_subgroups", "coop_unroll", "coop_splits", "coop_bshared", "coop_stages", "coop_depth",
                               "coop_accs"}
@@ -1031,16 +1029,15 @@ class KernelPolicy:
                                                    (isinstance(cfg["balance"], int) and cfg["balance"] > 0)):
             raise ValueError(f"qmatvec config: balance must be True, False or a number of compute units > 0, "
                              f"got {cfg['balance']!r}")
-        for key in ("prefetch", "lazy_decode"):
-            if cfg.get(key) is not None and not isinstance(cfg[key], bool):
-                raise ValueError(f"qmatvec config: {key} must be True or False, got {cfg[key]!r}")
+        if cfg.get("prefetch") is not None and not isinstance(cfg["prefetch"], bool):
+            raise ValueError(f"qmatvec config: prefetch must be True or False, got {cfg['prefetch']!r}")
         if cfg.get("x_bits") is not None:
             if cfg["x_bits"] not in (8, 16) or isinstance(cfg["x_bits"], bool):
                 raise ValueError(f"qmatvec config: x_bits must be 8 or 16, got {cfg['x_bits']!r}")
             if cfg["x_bits"] == 8 and cfg.get("xq") == "dispatch":
                 raise ValueError("qmatvec config: x_bits=8 quantizes x in each workgroup; it cannot take "
                                  "xq='dispatch'")
-        for key in ("unroll", "per_cu", "groups", "prefetch", "lazy_decode", "x_bits", "x_chunk", "splits",
+        for key in ("unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk", "splits",
                     "split_sum", "balance"):
             if cfg.get(key) is not None and cfg.get("layout") != "packed":
                 raise ValueError(f"qmatvec config: {key} is a choice of layout='packed'")
@@ -1197,9 +1194,6 @@ class KernelPolicy:
     #: first batch of short rows held 96 registers a lane, one workgroup per SM of the H100, and
     #: was 1.7 us slower than without it, twice (docs/kernel-choices.md)
     QMATVEC_PACKED_NO_PREFETCH = {(DType.Q8_0, "short")}
-    #: (format, "short" | "long" rows) whose packed kernel decodes each unit of one vector's rows just
-    #: before its dot product (the shader's variants *.lazy.*; the ``lazy_decode`` knob)
-    QMATVEC_PACKED_LAZY_DECODE: frozenset = frozenset()
     #: the automatic choice shrinks the teams per workgroup (small matrices) until the grid has at
     #: least this many workgroups per compute unit (or 64 workgroups where the device does not say
     #: how many units it has): fewer, fuller workgroups were faster than two per unit on the H200
@@ -1313,9 +1307,6 @@ class KernelPolicy:
         prefetch = cfg.get("prefetch")
         if prefetch is None:
             prefetch = nx > 1 or (dtype, row_class) not in self.QMATVEC_PACKED_NO_PREFETCH
-        lazy = cfg.get("lazy_decode")
-        if lazy is None:  # (batches are left out below: the lazy variants take one vector)
-            lazy = (dtype, row_class) in self.QMATVEC_PACKED_LAZY_DECODE
         # at most a sum (row, vector) per lane where it can be: every lane holds all of its team's
         # sums, and more rows than that only spend registers (many vectors: one row, lanes write
         # several sums each)
@@ -1393,13 +1384,6 @@ class KernelPolicy:
             last = False  # the automatic choice: the second dispatch there
         if last:
             reduce = "last." + reduce
-        if lazy and (nx > 1 or reduce != "sg" or x_bits == 8):
-            if cfg.get("lazy_decode"):
-                raise ValueError("quantized_matmul: lazy_decode has variants for one vector of 16-bit x with "
-                                 "subgroup sums and unsplit or dispatch-summed rows only")
-            lazy = False
-        if lazy:
-            reduce = "lazy." + reduce
         plan = {"rows": rows * teams, "packed": True,
                 "packed_bytes": self.qmatvec_packed_bytes(dtype, n_rows, n_cols)}
         per_cu = cfg.get("per_cu", auto["per_cu"])
