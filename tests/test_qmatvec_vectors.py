@@ -155,14 +155,13 @@ def test_x_quantized_by_each_workgroup_gives_the_products_of_x_quantized_by_a_fi
 
 @pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
 @pytest.mark.parametrize("dtype", [DType.Q4_0, DType.Q8_0, DType.Q6_K, DType.Q4_K], ids=lambda d: d.name)
-@pytest.mark.parametrize("vecs", [1, 3])
-@pytest.mark.parametrize("knobs", [
-    {"lanes": 8, "rows": 3, "teams": 4, "unroll": 2},                 # x whole, a ragged last batch
-    {"lanes": 4, "rows": 2, "teams": 2, "unroll": 1, "x_chunk": 512},  # x in chunks
-    {"lanes": 8, "rows": 2, "teams": 3, "unroll": 3, "xq": "dispatch"},
-    {"lanes": 64, "rows": 4, "teams": 2, "unroll": 1},  # teams wider than a subgroup (on lavapipe: 8 lanes)
-    {"lanes": 8, "rows": 2, "teams": 4, "reduce": "tree"},
-], ids=["whole", "chunks", "dispatch", "wide-teams", "tree"])
+@pytest.mark.parametrize("vecs,knobs", [
+    (1, {"lanes": 8, "rows": 3, "teams": 4, "unroll": 2}),                 # x whole, a ragged last batch
+    (3, {"lanes": 4, "rows": 2, "teams": 2, "unroll": 1, "x_chunk": 512}),  # x in chunks
+    (3, {"lanes": 8, "rows": 2, "teams": 3, "unroll": 3, "xq": "dispatch"}),
+    (1, {"lanes": 64, "rows": 4, "teams": 2, "unroll": 1}),  # teams wider than a subgroup (on lavapipe: 8 lanes)
+    (3, {"lanes": 8, "rows": 2, "teams": 4, "reduce": "tree"}),
+], ids=["whole-1", "chunks-3", "dispatch-3", "wide-teams-1", "tree-3"])
 def test_a_balanced_grid_gives_the_bits_of_the_grid_of_row_groups(dtype, vecs, knobs):
     # the balanced grid moves blocks of rows between workgroups (and leaves some teams idle); each row
     # is still one team's sums in the same order, so the products must match bit for bit
