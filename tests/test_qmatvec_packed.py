@@ -342,14 +342,22 @@ def test_a_balanced_grid_is_a_whole_number_of_workgroups_per_compute_unit_coveri
     assert pol.qmatvec(DType.Q4_0, 4096, 40).balanced_groups == 10, "never more workgroups than blocks"
     pol.configure_qmatvec(layout="packed", teams=2, rows=2, balance=3)  # 3 pretended units
     assert pol.qmatvec(DType.Q4_0, 64, 13).balanced_groups == 6, "7 blocks, 4 groups: 2 a unit"
-    pol.configure_qmatvec(layout="packed", teams=16, rows=4)
+    pol.configure_qmatvec(layout="packed", teams=16, rows=4)  # the default: one vector, not batches
+    assert pol.qmatvec(DType.Q4_0, 4096, 14336).balanced_groups == 264, "one vector: balanced by default"
+    k = pol.qmatvec(DType.Q4_0, 4096, 14336, 8)
+    assert k.balanced_groups == 0 and k.groups(14336) == -(-14336 // k.rows), f"8 vectors: row groups, got {k}"
+    pol.configure_qmatvec(layout="packed", teams=16, rows=4, balance=False)
     k = pol.qmatvec(DType.Q4_0, 4096, 14336)
-    assert k.balanced_groups == 0 and k.groups(14336) == 224 and k.spec[9] == 0, "off unless asked (the default)"
+    assert k.balanced_groups == 0 and k.groups(14336) == 224 and k.spec[9] == 0, "balance=False: row groups"
+    pol.configure_qmatvec(layout="packed", splits=2)
+    assert pol.qmatvec(DType.Q4_0, 4096, 14336).balanced_groups == 0, "the default gives way to splits"
     for knobs, why in (({"splits": 2}, "split"), ({"groups": 8}, "caps the grid"), ({"per_cu": 2}, "caps the grid")):
         pol.configure_qmatvec(layout="packed", balance=True, **knobs)
         with pytest.raises(ValueError, match=f"balance=True cannot be had here: .*{why}"):
             pol.qmatvec(DType.Q4_0, 4096, 14336)
     unknown = KernelPolicy(_props(integer_dot_product=True, subgroup_shuffle=True))
+    unknown.configure_qmatvec(layout="packed")
+    assert unknown.qmatvec(DType.Q4_0, 4096, 14336).balanced_groups == 0, "no unit count: row groups by default"
     unknown.configure_qmatvec(layout="packed", balance=True)
     with pytest.raises(ValueError, match="does not report its compute units"):
         unknown.qmatvec(DType.Q4_0, 4096, 14336)

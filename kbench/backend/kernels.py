@@ -981,7 +981,7 @@ class KernelPolicy:
         where it fits, else the largest chunk that does, see QMATVEC_PACKED_MIN_X_CHUNK), ``splits``: workgroups
         along each row (default QMATVEC_PACKED_SPLIT_GROUPS_PER_CU's rule), their partial sums added by
         ``split_sum`` "dispatch" (a second dispatch) or "last" (the last split of each row group, in the
-        kernel; 16-bit x and subgroup sums only; default QMATVEC_PACKED_SPLIT_SUM), ``balance`` (default
+        kernel; 16-bit x and subgroup sums only; default QMATVEC_PACKED_SPLIT_SUM), ``balance`` (default:
         QMATVEC_PACKED_BALANCE where the device reports its compute units; an int: that many units): a
         whole number of workgroups per compute unit, the rows spread evenly over them a team's rows at a
         time (unsplit rows, no ``per_cu`` or ``groups``); other formats keep the GGUF kernels."""
@@ -1255,15 +1255,18 @@ class KernelPolicy:
                              f"{self.max_count[2]} in z")
         return splits, spu
 
-    #: whether the packed kernel spreads the rows evenly over a whole number of workgroups per compute
-    #: unit (knob ``balance``; the shader's BALANCE) where the device reports its compute units
-    QMATVEC_PACKED_BALANCE = False
+    #: ("one" vector, "batch" of vectors) where the packed kernel spreads the rows evenly over a whole
+    #: number of workgroups per compute unit (knob ``balance``; the shader's BALANCE) where the device
+    #: reports its compute units: one vector, 0.1-0.8 us faster in 7 of 8 cases on the H100, where 224
+    #: row groups had left 40 SMs one workgroup and 92 two; batches mixed (docs/kernel-choices.md)
+    QMATVEC_PACKED_BALANCE = frozenset({"one"})
 
-    def _qmatvec_packed_balance(self, n_rows: int, rows: int, teams: int, splits: int, capped: bool) -> int:
+    def _qmatvec_packed_balance(self, n_rows: int, rows: int, teams: int, splits: int, capped: bool,
+                                nx: int) -> int:
         """Workgroups of the balanced grid (0: the grid of whole row groups): the fewest whole
         number per compute unit whose teams cover the matrix's blocks of ``rows`` rows."""
         asked = self.qmatvec_config.get("balance")
-        if not (self.QMATVEC_PACKED_BALANCE if asked is None else asked):
+        if not (("one" if nx == 1 else "batch") in self.QMATVEC_PACKED_BALANCE if asked is None else asked):
             return 0
         units = asked if type(asked) is int else self.compute_units["count"] if self.compute_units else 0
         why = ("its rows are split over workgroups" if splits > 1 else
@@ -1395,7 +1398,7 @@ class KernelPolicy:
         plan["vectors"] = nx
         plan["splits"] = splits
         plan["split_last"] = last
-        balanced = self._qmatvec_packed_balance(n_rows, rows, teams, splits, "max_groups" in plan)
+        balanced = self._qmatvec_packed_balance(n_rows, rows, teams, splits, "max_groups" in plan, nx)
         if balanced:
             plan["balanced_groups"] = balanced
         spec = (wg, rows, chunk * ux if x_shared else blocks, lanes, unroll, int(prefetch), nx,
