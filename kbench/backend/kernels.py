@@ -972,8 +972,9 @@ class KernelPolicy:
         workgroups per compute unit where the device reports its compute units, each taking
         several row groups (0: one workgroup per row group), ``groups``: at most that many
         workgroups whatever the device (for tests and probes), ``prefetch`` (default True): a
-        workgroup's first loads go out before it quantizes x, ``rows`` per team, ``xq`` "workgroup" (default where x fits in shared memory): each
-        workgroup quantizes x into shared memory itself, no second dispatch, or "dispatch"), ``x_bits``
+        workgroup's first loads go out before it quantizes x, ``rows`` per team, ``xq`` "workgroup"
+        (default where x fits in shared memory): each workgroup quantizes x into shared memory
+        itself, no second dispatch, or "dispatch"), ``x_bits``
         16 (default: x's error about 2e-10 NMSE) or 8 (with ``xq`` "workgroup" only: x as signed bytes, one
         byte dot per weight word instead of two, x's error about 3e-5 NMSE against float64: a faster,
         less exact kernel, never the automatic choice), ``x_chunk`` (with ``xq`` "workgroup": columns of x
@@ -987,8 +988,8 @@ class KernelPolicy:
         time (unsplit rows, no ``per_cu`` or ``groups``); other formats keep the GGUF kernels."""
         cfg = dict(config or {}, **knobs)
         unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot", "xq",
-                              "layout", "unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk", "splits", "split_sum",
-                              "balance",
+                              "layout", "unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk", "splits",
+                              "split_sum", "balance",
                               "coop", "coop_subgroups", "coop_unroll", "coop_splits", "coop_bshared", "coop_stages", "coop_depth",
                               "coop_accs"}
         if unknown:
