@@ -355,6 +355,12 @@ def test_a_balanced_grid_is_a_whole_number_of_workgroups_per_compute_unit_coveri
         pol.configure_qmatvec(layout="packed", balance=True, **knobs)
         with pytest.raises(ValueError, match=f"balance=True cannot be had here: .*{why}"):
             pol.qmatvec(DType.Q4_0, 4096, 14336)
+    # 2^20 rows: blocks x workgroups past the shader's 32-bit products: refused when asked, row groups by default
+    pol.configure_qmatvec(layout="packed", teams=16, rows=4, balance=True)
+    with pytest.raises(ValueError, match="262144 blocks of rows x 16500 workgroups overflow"):
+        pol.qmatvec(DType.Q4_0, 32, 1 << 20)
+    pol.configure_qmatvec(layout="packed", teams=16, rows=4)
+    assert pol.qmatvec(DType.Q4_0, 32, 1 << 20).balanced_groups == 0, "too many rows: row groups by default"
     unknown = KernelPolicy(_props(integer_dot_product=True, subgroup_shuffle=True))
     unknown.configure_qmatvec(layout="packed")
     assert unknown.qmatvec(DType.Q4_0, 4096, 14336).balanced_groups == 0, "no unit count: row groups by default"

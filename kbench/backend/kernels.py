@@ -1274,8 +1274,8 @@ class KernelPolicy:
                "the per_cu or groups knob caps the grid" if capped else
                "the device does not report its compute units (balance=N takes N)" if not units else "")
         blocks = _ceil_div(n_rows, rows)
-        groups = min(blocks, _ceil_div(_ceil_div(blocks, teams), max(units, 1)) * units)
-        if not why and blocks * groups >= 1 << 32:
+        groups = 0 if why else min(blocks, _ceil_div(_ceil_div(blocks, teams), units) * units)
+        if groups and blocks * groups >= 1 << 32:
             why = f"{blocks} blocks of rows x {groups} workgroups overflow the shader's 32-bit arithmetic"
         if why:
             if asked:
@@ -1399,11 +1399,9 @@ class KernelPolicy:
         plan["vectors"] = nx
         plan["splits"] = splits
         plan["split_last"] = last
-        balanced = self._qmatvec_packed_balance(n_rows, rows, teams, splits, "max_groups" in plan, nx)
-        if balanced:
-            plan["balanced_groups"] = balanced
+        plan["balanced_groups"] = self._qmatvec_packed_balance(n_rows, rows, teams, splits, "max_groups" in plan, nx)
         spec = (wg, rows, chunk * ux if x_shared else blocks, lanes, unroll, int(prefetch), nx,
-                part_floats(rows, wg), spu if splits > 1 else 0, int(bool(balanced)))
+                part_floats(rows, wg), spu if splits > 1 else 0, int(bool(plan["balanced_groups"])))
         if x_shared:
             xwg = "xwg8" if x_bits == 8 else "xwg"
             return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.{xwg}.{reduce}.spv", spec, PUSH_QMATVEC,
