@@ -57,6 +57,10 @@
 // kbench: variant q4_k.xwg.tree QT_Q4_K XQ_WG target=vulkan1.1
 // kbench: variant q4_k.xwg8.sg QT_Q4_K XQ_WG X8 USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_k.xwg8.tree QT_Q4_K XQ_WG X8 target=vulkan1.1
+// kbench: variant q4_0.xwg.roll.sg QT_Q4_0 XQ_WG ROLL_LOADS USE_SUBGROUP target=vulkan1.1
+// kbench: variant q8_0.xwg.roll.sg QT_Q8_0 XQ_WG ROLL_LOADS USE_SUBGROUP target=vulkan1.1
+// kbench: variant q6_k.xwg.roll.sg QT_Q6_K XQ_WG ROLL_LOADS USE_SUBGROUP target=vulkan1.1
+// kbench: variant q4_k.xwg.roll.sg QT_Q4_K XQ_WG ROLL_LOADS USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_0.last.sg QT_Q4_0 SPLIT_LAST USE_SUBGROUP target=vulkan1.1
 // kbench: variant q8_0.last.sg QT_Q8_0 SPLIT_LAST USE_SUBGROUP target=vulkan1.1
 // kbench: variant q6_k.last.sg QT_Q6_K SPLIT_LAST USE_SUBGROUP target=vulkan1.1
@@ -435,6 +439,67 @@ float acc[KP];
 
 // units c0 .. c1 - 1 of rows row0 .. row0 + ROWS - 1 (rows past the matrix load its last row,
 // unused) into acc; nu units per row; `loaded`: the first batch is in q_next already
+#if defined(ROLL_LOADS)
+#if !defined(XQ_WG) || defined(X8)
+#error "ROLL_LOADS: one vector of 16-bit x held in shared memory (variants *.xwg.roll.*)"
+#endif
+#if defined(CUT_DOTS)
+#error "ROLL_LOADS has no CUT_DOTS twin (kbench/probes/qmatvec.py cut_applies)"
+#endif
+// Variants *.roll.* (one vector; the policy keeps NX = 1): each row's unit of the next batch is
+// loaded into that row's registers as soon as the current unit's words are decoded, row after row,
+// so loads stay in flight while the batch's other rows are multiplied.  Without it a team loads a
+// batch, waits, multiplies, then loads again: its workgroup's teams start together and step together,
+// so the SM's loads come in bursts with the multiplies between them (the H100's timelines: 4 steps of
+// 3.26 us per workgroup, about 2.6 TB/s over the chip where the read floor reads 2.9).  Registers: a
+// batch's loads as before, not two batches (the rejected PIPELINE); variants of their own, so the
+// others' SPIR-V stays as measured.
+void team_units(uint tl, uint row0, uint nu, uint c0, uint c1, bool loaded) {
+    const uint STEP = LANES * UNROLL;
+    uint nblk = nu / UNITS;  // weight blocks per row
+    if (!loaded && c0 + tl < c1) {
+        load_batch(row0, c0 + tl, nu, c1);
+    }
+    for (uint b0 = c0 + tl; b0 < c1; b0 += STEP) {
+        bool more = b0 + STEP < c1;  // a next batch (its units past c1 reload the last one, unused)
+        [[unroll]] for (uint u = 0u; u < UNROLL; ++u) {
+            uint b = b0 + u * LANES;
+            if (b >= c1) {
+                break;
+            }
+            uint bn = min(b + STEP, c1 - 1u);
+            // the unit's blocks of x, once for every row
+            uvec4 xl0[UX], xl1[UX], xh0[UX], xh1[UX];
+            float sx[UX];
+            ivec2 xs[UX];
+            [[unroll]] for (uint s = 0u; s < UX; ++s) {
+                uint gb = (b - c0) * UX + s;
+                xl0[s] = sxl[2u * gb];
+                xl1[s] = sxl[2u * gb + 1u];
+                xh0[s] = sxh[2u * gb];
+                xh1[s] = sxh[2u * gb + 1u];
+                sx[s] = sxs[gb];
+                xs[s] = sxsum[gb];
+            }
+            [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
+                uint k = u * ROWS + r;
+                uvec4 wa[UX], wb[UX];
+                vec2 scale[UX];
+                [[unroll]] for (uint s = 0u; s < UX; ++s) {
+                    decode(q_next[k], extra_next[k], d_next[k], b, s, wa[s], wb[s], scale[s]);
+                }
+                if (more) {
+                    uint row = min(row0 + r, pc.n_rows - 1u);
+                    fetch(row * nblk + bn / UNITS, bn, q_next[k], extra_next[k], d_next[k]);
+                }
+                [[unroll]] for (uint s = 0u; s < UX; ++s) {
+                    acc[r] += unit_dot(wa[s], wb[s], scale[s], xl0[s], xl1[s], xh0[s], xh1[s], sx[s], xs[s]);
+                }
+            }
+        }
+    }
+}
+#else
 void team_units(uint tl, uint row0, uint nu, uint c0, uint c1, bool loaded) {
     uint nb = nu * UX;  // x's blocks per vector
     const uint STEP = LANES * UNROLL;
@@ -502,6 +567,7 @@ void team_units(uint tl, uint row0, uint nu, uint c0, uint c1, bool loaded) {
         }
     }
 }
+#endif
 
 // the team's sums of rows row0 .. (those inside the matrix) summed over its lanes and written;
 // every lane of the workgroup takes part (barriers)
