@@ -371,26 +371,32 @@ def test_a_balanced_grid_is_a_whole_number_of_workgroups_per_compute_unit_coveri
         unknown.qmatvec(DType.Q4_0, 4096, 14336)
 
 
-def test_rolling_loads_are_a_variant_for_one_vector_of_16_bit_x_held_by_each_workgroup():
+def test_rolling_loads_are_variants_for_16_bit_x_with_subgroup_sums():
     pol = KernelPolicy({**_props(integer_dot_product=True, subgroup_shuffle=True),
                         "compute_units": {"count": 132, "threads": 2048}})
     pol.configure_qmatvec(layout="packed")
     for dtype in (DType.Q4_0, DType.Q8_0, DType.Q6_K, DType.Q4_K):
         for n_cols, n_rows in ((4096, 14336), (14336, 4096)):
-            k = pol.qmatvec(dtype, n_cols, n_rows)
-            row_class = "long" if n_cols // 32 >= KernelPolicy.QMATVEC_PACKED_LONG_ROW_UNITS else "short"
-            auto = (dtype, row_class) in KernelPolicy.QMATVEC_PACKED_ROLL
-            assert (".roll." in k.spv) == auto, f"{dtype.name} {n_rows}x{n_cols}: QMATVEC_PACKED_ROLL says {auto}, got {k.spv}"
+            for nx in (1, 8):
+                k = pol.qmatvec(dtype, n_cols, n_rows, nx)
+                row_class = "long" if n_cols // 32 >= KernelPolicy.QMATVEC_PACKED_LONG_ROW_UNITS else "short"
+                auto = (dtype, row_class, "one" if nx == 1 else "batch") in KernelPolicy.QMATVEC_PACKED_ROLL
+                assert (".roll." in k.spv) == auto, (f"{dtype.name} {n_rows}x{n_cols} x{nx}: QMATVEC_PACKED_ROLL "
+                                                     f"says {auto}, got {k.spv}")
     pol.configure_qmatvec(layout="packed", roll=True)
     k = pol.qmatvec(DType.Q6_K, 4096, 14336)
     assert k.spv == "qmatvec_packed.q6_k.xwg.roll.sg.spv" and k.balanced_groups, f"rolling and balanced, got {k}"
-    for knobs in ({"reduce": "tree"}, {"x_bits": 8}, {"xq": "dispatch"}):
+    k = pol.qmatvec(DType.Q4_0, 4096, 14336, 8)  # 8 vectors: x from a first dispatch
+    assert k.spv == "qmatvec_packed.q4_0.roll.sg.spv" and k.uses_xq and k.spec[6] == 8, k
+    pol.configure_qmatvec(layout="packed", roll=True, xq="dispatch")
+    assert pol.qmatvec(DType.Q4_K, 4096, 14336).spv == "qmatvec_packed.q4_k.roll.sg.spv"
+    for knobs in ({"reduce": "tree"}, {"x_bits": 8}, {"splits": 2, "split_sum": "last"}):
         pol.configure_qmatvec(layout="packed", roll=True, **knobs)
-        with pytest.raises(ValueError, match="roll has variants for one vector of 16-bit x held by each workgroup"):
+        with pytest.raises(ValueError, match="roll has variants for 16-bit x with subgroup sums"):
             pol.qmatvec(DType.Q4_0, 4096, 14336)
-    pol.configure_qmatvec(layout="packed", roll=True)
-    with pytest.raises(ValueError, match="roll has variants for one vector"):
-        pol.qmatvec(DType.Q4_0, 4096, 14336, 2)
+    pol.configure_qmatvec(layout="packed", roll=True, splits=2)  # partial sums added by a second dispatch
+    k = pol.qmatvec(DType.Q4_0, 4096, 14336)
+    assert k.spv == "qmatvec_packed.q4_0.xwg.roll.sg.spv" and k.splits == 2, k
     pol.configure_qmatvec(layout="packed", roll=False)
     assert ".roll." not in pol.qmatvec(DType.Q4_0, 4096, 14336).spv
 

@@ -985,9 +985,9 @@ class KernelPolicy:
         kernel; 16-bit x and subgroup sums only; default QMATVEC_PACKED_SPLIT_SUM), ``balance`` (default:
         QMATVEC_PACKED_BALANCE where the device reports its compute units; an int: that many units): a
         whole number of workgroups per compute unit, the rows spread evenly over them a team's rows at a
-        time (unsplit rows, no ``per_cu`` or ``groups``), ``roll`` (one vector of 16-bit x held by each
-        workgroup, subgroup sums; default: QMATVEC_PACKED_ROLL): each row's next unit loaded as soon as the
-        current one is decoded (variants ``*.roll.*``); other formats keep the GGUF kernels."""
+        time (unsplit rows, no ``per_cu`` or ``groups``), ``roll`` (16-bit x, subgroup sums; default:
+        QMATVEC_PACKED_ROLL): each unit's next words loaded as soon as the current ones are decoded
+        (variants ``*.roll.*``); other formats keep the GGUF kernels."""
         cfg = dict(config or {}, **knobs)
         unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot", "xq",
                               "layout", "unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk", "splits",
@@ -1198,9 +1198,9 @@ class KernelPolicy:
     #: first batch of short rows held 96 registers a lane, one workgroup per SM of the H100, and
     #: was 1.7 us slower than without it, twice (docs/kernel-choices.md)
     QMATVEC_PACKED_NO_PREFETCH = {(DType.Q8_0, "short")}
-    #: (format, "short" | "long" rows) whose packed kernel for one vector loads each row's next unit as
-    #: soon as it has decoded the current one (the shader's variants *.roll.*; the ``roll`` knob), so a
-    #: team's loads do not wait for its whole batch's multiplies
+    #: (format, "short" | "long" rows, "one" vector or a "batch" of 2 and more) whose packed kernel loads
+    #: each unit's next words as soon as it has decoded the current ones (the shader's variants *.roll.*;
+    #: the ``roll`` knob), so a team's loads do not wait for its whole batch's multiplies
     QMATVEC_PACKED_ROLL: frozenset = frozenset()
     #: the automatic choice shrinks the teams per workgroup (small matrices) until the grid has at
     #: least this many workgroups per compute unit (or 64 workgroups where the device does not say
@@ -1397,12 +1397,11 @@ class KernelPolicy:
             reduce = "last." + reduce
         roll = cfg.get("roll")
         if roll is None:
-            roll = nx == 1 and (dtype, row_class) in self.QMATVEC_PACKED_ROLL
-        if roll and (nx > 1 or reduce != "sg" or x_bits == 8 or xq != "workgroup"):
+            roll = (dtype, row_class, "one" if nx == 1 else "batch") in self.QMATVEC_PACKED_ROLL
+        if roll and (reduce != "sg" or x_bits == 8):
             if cfg.get("roll"):
-                raise ValueError("quantized_matmul: roll has variants for one vector of 16-bit x held by each "
-                                 "workgroup (xq='workgroup'), with subgroup sums, unsplit or summed by a second "
-                                 "dispatch only")
+                raise ValueError("quantized_matmul: roll has variants for 16-bit x with subgroup sums, rows "
+                                 "unsplit or summed by a second dispatch only")
             roll = False  # the automatic choice: the kernel without it there
         if roll:
             reduce = "roll." + reduce
