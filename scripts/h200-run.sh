@@ -48,13 +48,9 @@
 #          seconds); logs main-job.log and quick.log with their "where the time went" summaries, the torch peer's
 #          tests at the end of gpu.txt; about 6 minutes
 # onevec: one vector of Q4_0, Q8_0, Q4_K, Q6_K (or $DTYPES) under each knob set of $ONE_KNOBS (sets split by ';';
-#         default: the automatic kernel (rows spread evenly over the SMs), the same with rolling loads (roll=true:
-#         each row's next unit loaded as soon as the current one is decoded), then the grid of whole row groups
+#         default: the automatic kernel (rows spread evenly over the SMs), then the grid of whole row groups
 #         (balance=false)), with registers, each kernel's timeline twin (how many workgroups were resident at
-#         once; ONE_CUT= leaves it out) and the read floor; about two minutes
-# roll: onevec, then batches of $ROLL_VECS (default 2 and 8) vectors under each knob set of $VEC_KNOBS (default: the
-#       automatic kernel, then roll=true: the rolling loads' batch order), registers, torch's fp16 mm beside each;
-#       about 4 minutes
+#         once; ONE_CUT= leaves it out) and the read floor; about a minute
 # Writes result runs and logs under $OUT (at most 8 files come back).
 set -u
 source .gl/device-env.sh
@@ -198,30 +194,20 @@ elif [ "$what" = splits ]; then
       ${SPLIT_CUT:+--cut $SPLIT_CUT} 2>&1 | grep -v "^# warmed"
   done > "$out/probe_splits.log"
   cat "$out/probe_splits.log"
-elif [ "$what" = onevec ] || [ "$what" = roll ]; then
+elif [ "$what" = onevec ]; then
   gpu_txt
   timeout 60 python3 -m kbench.probes read_floor > "$out/read_floor.log" 2>&1
   grep "^# floor" "$out/read_floor.log"
-  # probe_sets VECS KNOB_SETS CUT SECONDS: the probe under each knob set (split by ';') for batches of VECS
-  probe_sets() {
-    local ks kn sets
-    IFS=';' read -ra sets <<< "$2"
-    for ks in "${sets[@]}"; do
-      # shellcheck disable=SC2086
-      kn=(layout=packed $ks)
-      echo "## knobs ${kn[*]}"
-      # shellcheck disable=SC2086
-      timeout "$4" python3 -m kbench.probes qmatvec --vecs $1 --repeats 3 --stats \
-        --dtypes ${DTYPES:-Q4_0 Q8_0 Q4_K Q6_K} --knobs "${kn[@]}" $3 2>&1 | grep -v "^# warmed\|^fp16  .* torch.mv "
-    done
-  }
-  probe_sets 1 "${ONE_KNOBS:-;roll=true;balance=false}" "${ONE_CUT---cut timeline}" "${ONE_S:-100}" > "$out/probe_onevec.log"
+  IFS=';' read -ra sets <<< "${ONE_KNOBS:-;balance=false}"
+  for ks in "${sets[@]}"; do
+    # shellcheck disable=SC2086
+    kn=(layout=packed $ks)
+    echo "## knobs ${kn[*]}"
+    # shellcheck disable=SC2086
+    timeout ${ONE_S:-100} python3 -m kbench.probes qmatvec --vecs 1 --repeats 3 --stats --dtypes ${DTYPES:-Q4_0 Q8_0 Q4_K Q6_K} \
+      --knobs "${kn[@]}" ${ONE_CUT---cut timeline} 2>&1 | grep -v "^# warmed\|^fp16"
+  done > "$out/probe_onevec.log"
   cat "$out/probe_onevec.log"
-  if [ "$what" = roll ]; then
-    # batches: the automatic kernel and its rolling variant, torch's fp16 mm of the same shapes after each set
-    probe_sets "${ROLL_VECS:-2 8}" "${VEC_KNOBS:-;roll=true}" "" "${VECS_S:-150}" > "$out/probe_vecs.log"
-    cat "$out/probe_vecs.log"
-  fi
 elif [ "$what" = kquants ]; then
   gpu_txt
   # shellcheck disable=SC2086

@@ -57,14 +57,6 @@
 // kbench: variant q4_k.xwg.tree QT_Q4_K XQ_WG target=vulkan1.1
 // kbench: variant q4_k.xwg8.sg QT_Q4_K XQ_WG X8 USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_k.xwg8.tree QT_Q4_K XQ_WG X8 target=vulkan1.1
-// kbench: variant q4_0.roll.sg QT_Q4_0 ROLL_LOADS USE_SUBGROUP target=vulkan1.1
-// kbench: variant q8_0.roll.sg QT_Q8_0 ROLL_LOADS USE_SUBGROUP target=vulkan1.1
-// kbench: variant q6_k.roll.sg QT_Q6_K ROLL_LOADS USE_SUBGROUP target=vulkan1.1
-// kbench: variant q4_k.roll.sg QT_Q4_K ROLL_LOADS USE_SUBGROUP target=vulkan1.1
-// kbench: variant q4_0.xwg.roll.sg QT_Q4_0 XQ_WG ROLL_LOADS USE_SUBGROUP target=vulkan1.1
-// kbench: variant q8_0.xwg.roll.sg QT_Q8_0 XQ_WG ROLL_LOADS USE_SUBGROUP target=vulkan1.1
-// kbench: variant q6_k.xwg.roll.sg QT_Q6_K XQ_WG ROLL_LOADS USE_SUBGROUP target=vulkan1.1
-// kbench: variant q4_k.xwg.roll.sg QT_Q4_K XQ_WG ROLL_LOADS USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_0.last.sg QT_Q4_0 SPLIT_LAST USE_SUBGROUP target=vulkan1.1
 // kbench: variant q8_0.last.sg QT_Q8_0 SPLIT_LAST USE_SUBGROUP target=vulkan1.1
 // kbench: variant q6_k.last.sg QT_Q6_K SPLIT_LAST USE_SUBGROUP target=vulkan1.1
@@ -409,7 +401,9 @@ float unit_dot(uvec4 wa, uvec4 wb, vec2 scale, uvec4 xl0, uvec4 xl1, uvec4 xh0, 
 // One batch: UNROLL units of each of a team's ROWS rows, all loaded before any is decoded.  A
 // workgroup's first batch is loaded before it quantizes x, so HBM is busy while x is prepared.
 // (Loading the next batch while decoding the current one, two batches in registers, was slower
-// on the H200: register pressure.)
+// on the H200: register pressure.  So was loading each unit's next words as soon as its current ones
+// were decoded, one batch in registers, on the H100: the driver hoisted those loads and took more
+// registers, 77 for Q4_0's short rows where 64 hold two workgroups an SM; docs/kernel-choices.md.)
 uvec4 q_next[UNROLL * ROWS][NQ];
 uint extra_next[UNROLL * ROWS];
 DT d_next[UNROLL * ROWS];
@@ -441,98 +435,15 @@ const uint K1 = K - 1u;
 const uint KP = (K1 | (K1 >> 1u) | (K1 >> 2u) | (K1 >> 4u) | (K1 >> 8u) | (K1 >> 16u)) + 1u;
 float acc[KP];
 
-#if defined(ROLL_LOADS)
-#if defined(X8) || defined(SPLIT_LAST)
-#error "ROLL_LOADS: 16-bit x, rows unsplit or summed by a second dispatch (variants *.roll.sg, *.xwg.roll.sg)"
-#endif
-#if defined(CUT_DOTS)
-#error "ROLL_LOADS has no CUT_DOTS twin (kbench/probes/qmatvec.py cut_applies)"
-#endif
-// Variants *.roll.*: a unit's next loads go out as soon as its words are decoded, not at the start of
-// the next batch.  Without it a team loads a batch, waits, multiplies, then loads again, and its
-// workgroup's teams start together and step together, so an SM's loads come in bursts with the
-// multiplies between them (the H100's timelines: 4 steps of 3.26 us per workgroup, about 2.6 TB/s
-// over the chip where the read floor reads 2.9).  One vector with x held by the workgroup goes row by
-// row (roll_rows: a row's next unit is loaded once that row is decoded, while the others are
-// multiplied; one row's decoded words live at a time); batches decode every row of the unit, load the
-// next units, then multiply all vectors.  Registers: a batch's loads, not two batches' (the rejected
-// PIPELINE).  Variants of their own, so the others' SPIR-V stays as measured.
-
-// row r's unit b (< c1: past it, the last, unused) into q_next[k]
-void roll_fetch(uint row0, uint r, uint b, uint c1, uint nblk, uint k) {
-    uint bn = min(b, c1 - 1u);
-    fetch(min(row0 + r, pc.n_rows - 1u) * nblk + bn / UNITS, bn, q_next[k], extra_next[k], d_next[k]);
-}
-
-#if defined(XQ_WG)
-// team_units for one vector: row by row
-void roll_rows(uint tl, uint row0, uint nu, uint c0, uint c1) {
-    const uint STEP = LANES * UNROLL;
-    uint nblk = nu / UNITS;  // weight blocks per row
-    for (uint b0 = c0 + tl; b0 < c1; b0 += STEP) {
-        bool more = b0 + STEP < c1;  // a next batch
-        [[unroll]] for (uint u = 0u; u < UNROLL; ++u) {
-            uint b = b0 + u * LANES;
-            if (b >= c1) {
-                break;
-            }
-            // the unit's blocks of x, once for every row
-            uvec4 xl0[UX], xl1[UX], xh0[UX], xh1[UX];
-            float sx[UX];
-            ivec2 xs[UX];
-            [[unroll]] for (uint s = 0u; s < UX; ++s) {
-                uint gb = (b - c0) * UX + s;
-                xl0[s] = sxl[2u * gb];
-                xl1[s] = sxl[2u * gb + 1u];
-                xh0[s] = sxh[2u * gb];
-                xh1[s] = sxh[2u * gb + 1u];
-                sx[s] = sxs[gb];
-                xs[s] = sxsum[gb];
-            }
-            [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
-                uint k = u * ROWS + r;
-                uvec4 wa[UX], wb[UX];
-                vec2 scale[UX];
-                [[unroll]] for (uint s = 0u; s < UX; ++s) {
-                    decode(q_next[k], extra_next[k], d_next[k], b, s, wa[s], wb[s], scale[s]);
-                }
-                if (more) {
-                    roll_fetch(row0, r, b + STEP, c1, nblk, k);
-                }
-                [[unroll]] for (uint s = 0u; s < UX; ++s) {
-                    acc[r] += unit_dot(wa[s], wb[s], scale[s], xl0[s], xl1[s], xh0[s], xh1[s], sx[s], xs[s]);
-                }
-            }
-        }
-    }
-}
-#endif
-#endif
-
 // units c0 .. c1 - 1 of rows row0 .. row0 + ROWS - 1 (rows past the matrix load its last row,
 // unused) into acc; nu units per row; `loaded`: the first batch is in q_next already
 void team_units(uint tl, uint row0, uint nu, uint c0, uint c1, bool loaded) {
-#if defined(ROLL_LOADS)
-    if (!loaded && c0 + tl < c1) {
-        load_batch(row0, c0 + tl, nu, c1);
-    }
-#if defined(XQ_WG)
-    if (NX == 1u) {
-        roll_rows(tl, row0, nu, c0, c1);
-        return;
-    }
-#endif
-#endif
     uint nb = nu * UX;  // x's blocks per vector
     const uint STEP = LANES * UNROLL;
     for (uint b0 = c0 + tl; b0 < c1; b0 += STEP) {
-#if defined(ROLL_LOADS)
-        bool more = b0 + STEP < c1;  // a next batch: loaded unit by unit below
-#else
         if (!loaded || b0 != c0 + tl) {
             load_batch(row0, b0, nu, c1);
         }
-#endif
         [[unroll]] for (uint u = 0u; u < UNROLL; ++u) {
             uint b = b0 + u * LANES;
             if (b >= c1) {
@@ -559,13 +470,6 @@ void team_units(uint tl, uint row0, uint nu, uint c0, uint c1, bool loaded) {
                     decode(q_next[k], extra_next[k], d_next[k], b, s, wa[r * UX + s], wb[r * UX + s], scale[r * UX + s]);
                 }
             }
-#if defined(ROLL_LOADS)
-            if (more) {  // the unit's rows decoded: their next units go out before the vectors' products
-                [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
-                    roll_fetch(row0, r, b + STEP, c1, nu / UNITS, u * ROWS + r);
-                }
-            }
-#endif
             [[unroll]] for (uint v = 0u; v < NX; ++v) {
                 [[unroll]] for (uint s = 0u; s < UX; ++s) {
 #if defined(XQ_WG)

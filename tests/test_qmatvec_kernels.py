@@ -141,22 +141,6 @@ CONFIGS = {
                                                           "unroll": 2, "balance": 5, "xq": "dispatch"}}, "packed"),
     "packed-xwg-sg-l8r2t2-chunk64-balance2": ({"qmatvec": {"layout": "packed", "lanes": 8, "rows": 2, "teams": 2,
                                                            "x_chunk": 64, "balance": 2}}, "packed"),
-    # ... each unit's next words loaded as soon as the current ones are decoded (variants *.roll.*): a
-    # ragged last batch, several units ahead, teams wider than a subgroup, x in chunks with row groups
-    # that come back to the first chunk, the balanced grid, x from a dispatch (the batches' order), splits
-    "packed-xwg-sg-l8r3t4u2-roll": ({"qmatvec": {"layout": "packed", "lanes": 8, "rows": 3, "teams": 4, "unroll": 2,
-                                                 "roll": True}}, "packed"),
-    "packed-xwg-sg-l64r2t2-roll": ({"qmatvec": {"layout": "packed", "lanes": 64, "rows": 2, "teams": 2,
-                                                "roll": True}}, "packed"),
-    "packed-xwg-sg-l4r3t2g2u2-chunk192-roll": ({"qmatvec": {"layout": "packed", "lanes": 4, "rows": 3, "teams": 2,
-                                                            "groups": 2, "unroll": 2, "x_chunk": 192, "roll": True}},
-                                               "packed"),
-    "packed-xwg-sg-l8r2t4-balance3-roll": ({"qmatvec": {"layout": "packed", "lanes": 8, "rows": 2, "teams": 4,
-                                                        "balance": 3, "roll": True}}, "packed"),
-    "packed-sg-l8r3t2u2-roll-dispatch": ({"qmatvec": {"layout": "packed", "lanes": 8, "rows": 3, "teams": 2,
-                                                      "unroll": 2, "xq": "dispatch", "roll": True}}, "packed"),
-    "packed-xwg-sg-l8r2t2-split3-roll": ({"qmatvec": {"layout": "packed", "lanes": 8, "rows": 2, "teams": 2,
-                                                      "splits": 3, "roll": True}}, "packed"),
     # x as 8-bit signed bytes (variant xwg8): held to its own quantization bound
     "packed-x8-auto": ({"qmatvec": {"layout": "packed", "x_bits": 8}}, "packed"),
     "packed-x8-tree-l8r3t2u2": ({"qmatvec": {"layout": "packed", "x_bits": 8, "lanes": 8, "rows": 3, "teams": 2,
@@ -252,8 +236,6 @@ def test_qmatvec_variant_matches_float64(backends, cfg, dtype):
             assert kernel.uses_xq != in_workgroup and (tag in kernel.spv) == in_workgroup, kernel
             balance = CONFIGS[cfg][0]["qmatvec"].get("balance")
             assert bool(kernel.balanced_groups) == bool(balance) and kernel.spec[9] == bool(balance), kernel
-            roll = bool(CONFIGS[cfg][0]["qmatvec"].get("roll"))
-            assert (".roll." in kernel.spv) == roll, kernel
         elif family != "auto":
             assert kernel.spv.startswith("qmatvec." if family == "generic" else "qmatvec_fast."), kernel
             assert (".dot" in kernel.spv) == (family == "dot"), kernel

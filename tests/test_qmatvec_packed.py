@@ -218,8 +218,6 @@ def _props(**features):
     ({"layout": "packed", "x_bits": 8, "xq": "dispatch"}, "cannot take xq='dispatch'"),
     ({"x_bits": 8}, "x_bits is a choice of layout='packed'"),
     ({"balance": True}, "balance is a choice of layout='packed'"),
-    ({"layout": "packed", "roll": 1}, "roll must be True or False"),
-    ({"roll": True}, "roll is a choice of layout='packed'"),
     ({"layout": "packed", "balance": 0}, "balance must be True, False or a number of compute units > 0"),
     ({"layout": "packed", "balance": "yes"}, "balance must be True, False or a number of compute units > 0"),
 ])
@@ -369,36 +367,6 @@ def test_a_balanced_grid_is_a_whole_number_of_workgroups_per_compute_unit_coveri
     unknown.configure_qmatvec(layout="packed", balance=True)
     with pytest.raises(ValueError, match="does not report its compute units"):
         unknown.qmatvec(DType.Q4_0, 4096, 14336)
-
-
-def test_rolling_loads_are_variants_for_16_bit_x_with_subgroup_sums():
-    pol = KernelPolicy({**_props(integer_dot_product=True, subgroup_shuffle=True),
-                        "compute_units": {"count": 132, "threads": 2048}})
-    pol.configure_qmatvec(layout="packed")
-    for dtype in (DType.Q4_0, DType.Q8_0, DType.Q6_K, DType.Q4_K):
-        for n_cols, n_rows in ((4096, 14336), (14336, 4096)):
-            for nx in (1, 8):
-                k = pol.qmatvec(dtype, n_cols, n_rows, nx)
-                row_class = "long" if n_cols // 32 >= KernelPolicy.QMATVEC_PACKED_LONG_ROW_UNITS else "short"
-                auto = (dtype, row_class, "one" if nx == 1 else "batch") in KernelPolicy.QMATVEC_PACKED_ROLL
-                assert (".roll." in k.spv) == auto, (f"{dtype.name} {n_rows}x{n_cols} x{nx}: QMATVEC_PACKED_ROLL "
-                                                     f"says {auto}, got {k.spv}")
-    pol.configure_qmatvec(layout="packed", roll=True)
-    k = pol.qmatvec(DType.Q6_K, 4096, 14336)
-    assert k.spv == "qmatvec_packed.q6_k.xwg.roll.sg.spv" and k.balanced_groups, f"rolling and balanced, got {k}"
-    k = pol.qmatvec(DType.Q4_0, 4096, 14336, 8)  # 8 vectors: x from a first dispatch
-    assert k.spv == "qmatvec_packed.q4_0.roll.sg.spv" and k.uses_xq and k.spec[6] == 8, k
-    pol.configure_qmatvec(layout="packed", roll=True, xq="dispatch")
-    assert pol.qmatvec(DType.Q4_K, 4096, 14336).spv == "qmatvec_packed.q4_k.roll.sg.spv"
-    for knobs in ({"reduce": "tree"}, {"x_bits": 8}, {"splits": 2, "split_sum": "last"}):
-        pol.configure_qmatvec(layout="packed", roll=True, **knobs)
-        with pytest.raises(ValueError, match="roll has variants for 16-bit x with subgroup sums"):
-            pol.qmatvec(DType.Q4_0, 4096, 14336)
-    pol.configure_qmatvec(layout="packed", roll=True, splits=2)  # partial sums added by a second dispatch
-    k = pol.qmatvec(DType.Q4_0, 4096, 14336)
-    assert k.spv == "qmatvec_packed.q4_0.xwg.roll.sg.spv" and k.splits == 2, k
-    pol.configure_qmatvec(layout="packed", roll=False)
-    assert ".roll." not in pol.qmatvec(DType.Q4_0, 4096, 14336).spv
 
 
 def test_x_that_does_not_fit_whole_is_held_in_chunks_and_a_knob_sets_the_chunk():

@@ -183,38 +183,6 @@ def test_a_balanced_grid_gives_the_bits_of_the_grid_of_row_groups(dtype, vecs, k
 
 
 @pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
-@pytest.mark.parametrize("dtype", [DType.Q4_0, DType.Q8_0, DType.Q6_K, DType.Q4_K], ids=lambda d: d.name)
-@pytest.mark.parametrize("vecs,knobs", [
-    (1, {"lanes": 8, "rows": 3, "teams": 4, "unroll": 2}),                # a ragged last batch
-    (1, {"lanes": 4, "rows": 2, "teams": 2, "unroll": 1, "x_chunk": 512}),  # x in chunks: a first batch per chunk
-    (1, {"lanes": 8, "rows": 2, "teams": 4, "unroll": 3, "prefetch": False}),
-    (1, {"lanes": 8, "rows": 2, "teams": 4, "balance": 5}),
-    (3, {"lanes": 8, "rows": 2, "teams": 3, "unroll": 2}),                # batches: decoded, reloaded, multiplied
-    (3, {"lanes": 4, "rows": 2, "teams": 2, "unroll": 1, "x_chunk": 512}),
-    (3, {"lanes": 8, "rows": 3, "teams": 2, "unroll": 3, "xq": "dispatch"}),
-    (1, {"lanes": 8, "rows": 3, "teams": 2, "unroll": 2, "xq": "dispatch"}),
-], ids=["ragged-1", "chunks-1", "noprefetch-1", "balanced-1", "ragged-3", "chunks-3", "dispatch-3", "dispatch-1"])
-def test_rolling_loads_give_the_bits_of_loading_a_whole_batch(dtype, vecs, knobs):
-    # the rolling variants change when a unit's words are loaded, not which, nor the order each row's
-    # sums are added in: the products must match the kernel without them bit for bit
-    if not kp.list_devices()[0].get("features", {}).get("integer_dot_product"):
-        pytest.skip("the device has no shaderIntegerDotProduct")
-    n_rows, n_cols = 47, 2304
-    rng = np.random.default_rng(60 + int(dtype) + vecs)
-    raw = quantize(rng.uniform(-1, 1, (n_rows, n_cols)).astype(np.float32), dtype)
-    x = (rng.uniform(-1, 1, (vecs, n_cols)) * 10.0 ** rng.uniform(-3, 3, (vecs, n_cols))).astype(np.float32)
-    got = {}
-    for roll in (False, True):
-        with VulkanBackend(qmatvec={"layout": "packed", **knobs, "roll": roll}) as be:
-            kernel = be._policy.qmatvec(dtype, n_cols, n_rows, vecs)
-            assert (".roll." in kernel.spv) == roll and kernel.vectors == vecs, kernel
-            got[roll] = run_batch(be, dtype, raw, x, n_rows, n_cols, vecs)
-    diff = np.flatnonzero(got[True].view(np.uint32) != got[False].view(np.uint32))
-    assert diff.size == 0, (f"{dtype.name} x{vecs} {knobs}: {diff.size} outputs differ, first at {diff[0]}: "
-                            f"{got[True].flat[diff[0]]!r} (rolling) vs {got[False].flat[diff[0]]!r} (whole batches)")
-
-
-@pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
 def test_the_packed_kernel_takes_each_formats_shape_for_one_vector_and_for_batches_and_a_knob_wins():
     """QMATVEC_PACKED_BATCH_TEAMS and the per-format exceptions (QMATVEC_PACKED_FORMAT_SHAPES): 8 vectors
     of a model-sized matrix run 8 teams of 32 lanes a workgroup, 4 vectors keep 16 teams, and a format's

@@ -985,13 +985,11 @@ class KernelPolicy:
         kernel; 16-bit x and subgroup sums only; default QMATVEC_PACKED_SPLIT_SUM), ``balance`` (default:
         QMATVEC_PACKED_BALANCE where the device reports its compute units; an int: that many units): a
         whole number of workgroups per compute unit, the rows spread evenly over them a team's rows at a
-        time (unsplit rows, no ``per_cu`` or ``groups``), ``roll`` (16-bit x, subgroup sums; default:
-        QMATVEC_PACKED_ROLL): each unit's next words loaded as soon as the current ones are decoded
-        (variants ``*.roll.*``); other formats keep the GGUF kernels."""
+        time (unsplit rows, no ``per_cu`` or ``groups``); other formats keep the GGUF kernels."""
         cfg = dict(config or {}, **knobs)
         unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot", "xq",
                               "layout", "unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk", "splits",
-                              "split_sum", "balance", "roll",
+                              "split_sum", "balance",
                               "coop", "coop_subgroups", "coop_unroll", "coop_splits", "coop_bshared", "coop_stages", "coop_depth",
                               "coop_accs"}
         if unknown:
@@ -1032,9 +1030,8 @@ class KernelPolicy:
                                                    (isinstance(cfg["balance"], int) and cfg["balance"] > 0)):
             raise ValueError(f"qmatvec config: balance must be True, False or a number of compute units > 0, "
                              f"got {cfg['balance']!r}")
-        for key in ("prefetch", "roll"):
-            if cfg.get(key) is not None and not isinstance(cfg[key], bool):
-                raise ValueError(f"qmatvec config: {key} must be True or False, got {cfg[key]!r}")
+        if cfg.get("prefetch") is not None and not isinstance(cfg["prefetch"], bool):
+            raise ValueError(f"qmatvec config: prefetch must be True or False, got {cfg['prefetch']!r}")
         if cfg.get("x_bits") is not None:
             if cfg["x_bits"] not in (8, 16) or isinstance(cfg["x_bits"], bool):
                 raise ValueError(f"qmatvec config: x_bits must be 8 or 16, got {cfg['x_bits']!r}")
@@ -1042,7 +1039,7 @@ class KernelPolicy:
                 raise ValueError("qmatvec config: x_bits=8 quantizes x in each workgroup; it cannot take "
                                  "xq='dispatch'")
         for key in ("unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk", "splits",
-                    "split_sum", "balance", "roll"):
+                    "split_sum", "balance"):
             if cfg.get(key) is not None and cfg.get("layout") != "packed":
                 raise ValueError(f"qmatvec config: {key} is a choice of layout='packed'")
         if cfg.get("per_cu") is not None and (isinstance(cfg["per_cu"], bool) or not isinstance(cfg["per_cu"], int)
@@ -1198,10 +1195,6 @@ class KernelPolicy:
     #: first batch of short rows held 96 registers a lane, one workgroup per SM of the H100, and
     #: was 1.7 us slower than without it, twice (docs/kernel-choices.md)
     QMATVEC_PACKED_NO_PREFETCH = {(DType.Q8_0, "short")}
-    #: (format, "short" | "long" rows, "one" vector or a "batch" of 2 and more) whose packed kernel loads
-    #: each unit's next words as soon as it has decoded the current ones (the shader's variants *.roll.*;
-    #: the ``roll`` knob), so a team's loads do not wait for its whole batch's multiplies
-    QMATVEC_PACKED_ROLL: frozenset = frozenset()
     #: the automatic choice shrinks the teams per workgroup (small matrices) until the grid has at
     #: least this many workgroups per compute unit (or 64 workgroups where the device does not say
     #: how many units it has): fewer, fuller workgroups were faster than two per unit on the H200
@@ -1395,16 +1388,6 @@ class KernelPolicy:
             last = False  # the automatic choice: the second dispatch there
         if last:
             reduce = "last." + reduce
-        roll = cfg.get("roll")
-        if roll is None:
-            roll = (dtype, row_class, "one" if nx == 1 else "batch") in self.QMATVEC_PACKED_ROLL
-        if roll and (reduce != "sg" or x_bits == 8):
-            if cfg.get("roll"):
-                raise ValueError("quantized_matmul: roll has variants for 16-bit x with subgroup sums, rows "
-                                 "unsplit or summed by a second dispatch only")
-            roll = False  # the automatic choice: the kernel without it there
-        if roll:
-            reduce = "roll." + reduce
         plan = {"rows": rows * teams, "packed": True,
                 "packed_bytes": self.qmatvec_packed_bytes(dtype, n_rows, n_cols)}
         per_cu = cfg.get("per_cu", auto["per_cu"])

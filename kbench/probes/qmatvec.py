@@ -235,13 +235,11 @@ COOP_CUTS = {"loads", "decode", "dots", "timeline"}
 def cut_applies(kernel, cut, coop=False) -> bool:
     """Whether ``kernel`` holds what ``cut`` takes out: the cooperative-matrix kernel (``coop``) its
     COOP_CUTS; a packed kernel the rest but decode, and for the cuts of x's quantization (x, xfirst,
-    quads) one that quantizes x itself (not a first dispatch); the rolling loads' variants (*.roll.*)
-    have no twin without dot products."""
+    quads) one that quantizes x itself (not a first dispatch)."""
     if coop:
         return set(cut) <= COOP_CUTS
     return (kernel.packed and "decode" not in cut
-            and not ({"x", "xfirst", "quads"} & set(cut) and ".xwg" not in kernel.spv)
-            and not ("dots" in cut and ".roll." in kernel.spv))
+            and not ({"x", "xfirst", "quads"} & set(cut) and ".xwg" not in kernel.spv))
 
 
 def cut_kernel(be, kernel, cut, coop=None):
