@@ -57,6 +57,10 @@
 // kbench: variant q4_k.xwg.tree QT_Q4_K XQ_WG target=vulkan1.1
 // kbench: variant q4_k.xwg8.sg QT_Q4_K XQ_WG X8 USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_k.xwg8.tree QT_Q4_K XQ_WG X8 target=vulkan1.1
+// kbench: variant q4_0.xwg.stagger.sg QT_Q4_0 XQ_WG STAGGER USE_SUBGROUP target=vulkan1.1
+// kbench: variant q8_0.xwg.stagger.sg QT_Q8_0 XQ_WG STAGGER USE_SUBGROUP target=vulkan1.1
+// kbench: variant q6_k.xwg.stagger.sg QT_Q6_K XQ_WG STAGGER USE_SUBGROUP target=vulkan1.1
+// kbench: variant q4_k.xwg.stagger.sg QT_Q4_K XQ_WG STAGGER USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_0.last.sg QT_Q4_0 SPLIT_LAST USE_SUBGROUP target=vulkan1.1
 // kbench: variant q8_0.last.sg QT_Q8_0 SPLIT_LAST USE_SUBGROUP target=vulkan1.1
 // kbench: variant q6_k.last.sg QT_Q6_K SPLIT_LAST USE_SUBGROUP target=vulkan1.1
@@ -698,7 +702,17 @@ void main() {
         pre1 = x4[src + 1u];
     }
 #endif
-    if (PREFETCH && team_row0 < pc.n_rows) {
+#if defined(STAGGER)
+    // Variants *.stagger.*: only the even teams load their first batch before x is quantized, the odd
+    // ones after it, so that a workgroup's teams step out of phase: in round 12's timelines they
+    // stepped together, their loads in bursts with the multiplies between them.  Variants of their
+    // own, so the others' SPIR-V stays as measured.
+    bool early = PREFETCH && (team & 1u) == 0u;
+#define FIRST_EARLY early
+#else
+#define FIRST_EARLY PREFETCH
+#endif
+    if (FIRST_EARLY && team_row0 < pc.n_rows) {
         load_batch(team_row0, u0 + tl, nu, min(u0 + cu, u1));
     }
     uint held = 0xFFFFFFFFu;  // the first unit of the chunk of x in shared memory
@@ -739,7 +753,7 @@ void main() {
                 held = c0;
             }
 #endif
-            team_units(tl, row0, nu, c0, idle ? c0 : c1, PREFETCH && g == group && c0 == u0);
+            team_units(tl, row0, nu, c0, idle ? c0 : c1, FIRST_EARLY && g == group && c0 == u0);
 #ifdef TIMELINE
             steps += (c1 - c0 + LANES * UNROLL - 1u) / (LANES * UNROLL);  // a team's batches
 #endif

@@ -141,6 +141,15 @@ CONFIGS = {
                                                           "unroll": 2, "balance": 5, "xq": "dispatch"}}, "packed"),
     "packed-xwg-sg-l8r2t2-chunk64-balance2": ({"qmatvec": {"layout": "packed", "lanes": 8, "rows": 2, "teams": 2,
                                                            "x_chunk": 64, "balance": 2}}, "packed"),
+    # ... only the even teams loading before x is quantized (variants *.stagger.*): several units ahead,
+    # x in chunks with row groups that come back to the first chunk, the balanced grid, batches' layout
+    "packed-xwg-sg-l8r3t4u2-stagger": ({"qmatvec": {"layout": "packed", "lanes": 8, "rows": 3, "teams": 4,
+                                                    "unroll": 2, "stagger": True}}, "packed"),
+    "packed-xwg-sg-l4r3t2g2u2-chunk192-stagger": ({"qmatvec": {"layout": "packed", "lanes": 4, "rows": 3,
+                                                               "teams": 2, "groups": 2, "unroll": 2, "x_chunk": 192,
+                                                               "stagger": True}}, "packed"),
+    "packed-xwg-sg-l8r2t4-balance3-stagger": ({"qmatvec": {"layout": "packed", "lanes": 8, "rows": 2, "teams": 4,
+                                                           "balance": 3, "stagger": True}}, "packed"),
     # x as 8-bit signed bytes (variant xwg8): held to its own quantization bound
     "packed-x8-auto": ({"qmatvec": {"layout": "packed", "x_bits": 8}}, "packed"),
     "packed-x8-tree-l8r3t2u2": ({"qmatvec": {"layout": "packed", "x_bits": 8, "lanes": 8, "rows": 3, "teams": 2,
@@ -236,6 +245,8 @@ def test_qmatvec_variant_matches_float64(backends, cfg, dtype):
             assert kernel.uses_xq != in_workgroup and (tag in kernel.spv) == in_workgroup, kernel
             balance = CONFIGS[cfg][0]["qmatvec"].get("balance")
             assert bool(kernel.balanced_groups) == bool(balance) and kernel.spec[9] == bool(balance), kernel
+            stagger = bool(CONFIGS[cfg][0]["qmatvec"].get("stagger"))
+            assert (".stagger." in kernel.spv) == stagger, kernel
         elif family != "auto":
             assert kernel.spv.startswith("qmatvec." if family == "generic" else "qmatvec_fast."), kernel
             assert (".dot" in kernel.spv) == (family == "dot"), kernel

@@ -218,6 +218,8 @@ def _props(**features):
     ({"layout": "packed", "x_bits": 8, "xq": "dispatch"}, "cannot take xq='dispatch'"),
     ({"x_bits": 8}, "x_bits is a choice of layout='packed'"),
     ({"balance": True}, "balance is a choice of layout='packed'"),
+    ({"layout": "packed", "stagger": 1}, "stagger must be True or False"),
+    ({"stagger": True}, "stagger is a choice of layout='packed'"),
     ({"layout": "packed", "balance": 0}, "balance must be True, False or a number of compute units > 0"),
     ({"layout": "packed", "balance": "yes"}, "balance must be True, False or a number of compute units > 0"),
 ])
@@ -367,6 +369,32 @@ def test_a_balanced_grid_is_a_whole_number_of_workgroups_per_compute_unit_coveri
     unknown.configure_qmatvec(layout="packed", balance=True)
     with pytest.raises(ValueError, match="does not report its compute units"):
         unknown.qmatvec(DType.Q4_0, 4096, 14336)
+
+
+def test_staggered_first_loads_are_variants_for_16_bit_x_held_by_each_workgroup():
+    pol = KernelPolicy({**_props(integer_dot_product=True, subgroup_shuffle=True),
+                        "compute_units": {"count": 132, "threads": 2048}})
+    pol.configure_qmatvec(layout="packed")
+    for dtype in (DType.Q4_0, DType.Q8_0, DType.Q6_K, DType.Q4_K):
+        for n_cols, n_rows in ((4096, 14336), (14336, 4096)):
+            for nx in (1, 2):
+                k = pol.qmatvec(dtype, n_cols, n_rows, nx)
+                row_class = "long" if n_cols // 32 >= KernelPolicy.QMATVEC_PACKED_LONG_ROW_UNITS else "short"
+                auto = (dtype, row_class, "one" if nx == 1 else "batch") in KernelPolicy.QMATVEC_PACKED_STAGGER
+                assert (".stagger." in k.spv) == auto, (f"{dtype.name} {n_rows}x{n_cols} x{nx}: "
+                                                        f"QMATVEC_PACKED_STAGGER says {auto}, got {k.spv}")
+    pol.configure_qmatvec(layout="packed", stagger=True)
+    k = pol.qmatvec(DType.Q6_K, 4096, 14336)
+    assert k.spv == "qmatvec_packed.q6_k.xwg.stagger.sg.spv" and k.balanced_groups, f"staggered and balanced, got {k}"
+    for knobs in ({"reduce": "tree"}, {"x_bits": 8}, {"xq": "dispatch"}, {"splits": 2, "split_sum": "last"}):
+        pol.configure_qmatvec(layout="packed", stagger=True, **knobs)
+        with pytest.raises(ValueError, match="stagger has variants for 16-bit x held by each workgroup"):
+            pol.qmatvec(DType.Q4_0, 4096, 14336)
+    pol.configure_qmatvec(layout="packed", stagger=True)
+    with pytest.raises(ValueError, match="stagger has variants"):  # 8 vectors: x from a first dispatch
+        pol.qmatvec(DType.Q4_0, 4096, 14336, 8)
+    pol.configure_qmatvec(layout="packed", stagger=False)
+    assert ".stagger." not in pol.qmatvec(DType.Q4_0, 4096, 14336).spv
 
 
 def test_x_that_does_not_fit_whole_is_held_in_chunks_and_a_knob_sets_the_chunk():

@@ -183,6 +183,34 @@ def test_a_balanced_grid_gives_the_bits_of_the_grid_of_row_groups(dtype, vecs, k
 
 
 @pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
+@pytest.mark.parametrize("dtype", [DType.Q4_0, DType.Q8_0, DType.Q6_K, DType.Q4_K], ids=lambda d: d.name)
+@pytest.mark.parametrize("vecs,knobs", [
+    (1, {"lanes": 8, "rows": 3, "teams": 4, "unroll": 2}),                # a ragged last batch
+    (1, {"lanes": 4, "rows": 2, "teams": 2, "unroll": 1, "x_chunk": 512}),  # x in chunks
+    (1, {"lanes": 8, "rows": 2, "teams": 4, "balance": 5}),
+    (3, {"lanes": 8, "rows": 2, "teams": 3, "unroll": 2}),
+], ids=["ragged-1", "chunks-1", "balanced-1", "ragged-3"])
+def test_staggered_first_loads_give_the_bits_of_every_team_loading_first(dtype, vecs, knobs):
+    # the staggered variants change when the odd teams' first words are loaded, not which, nor the order
+    # of any sum: the products must match the kernel without them bit for bit
+    if not kp.list_devices()[0].get("features", {}).get("integer_dot_product"):
+        pytest.skip("the device has no shaderIntegerDotProduct")
+    n_rows, n_cols = 47, 2304
+    rng = np.random.default_rng(80 + int(dtype) + vecs)
+    raw = quantize(rng.uniform(-1, 1, (n_rows, n_cols)).astype(np.float32), dtype)
+    x = (rng.uniform(-1, 1, (vecs, n_cols)) * 10.0 ** rng.uniform(-3, 3, (vecs, n_cols))).astype(np.float32)
+    got = {}
+    for stagger in (False, True):
+        with VulkanBackend(qmatvec={"layout": "packed", **knobs, "prefetch": True, "stagger": stagger}) as be:
+            kernel = be._policy.qmatvec(dtype, n_cols, n_rows, vecs)
+            assert (".stagger." in kernel.spv) == stagger and kernel.vectors == vecs, kernel
+            got[stagger] = run_batch(be, dtype, raw, x, n_rows, n_cols, vecs)
+    diff = np.flatnonzero(got[True].view(np.uint32) != got[False].view(np.uint32))
+    assert diff.size == 0, (f"{dtype.name} x{vecs} {knobs}: {diff.size} outputs differ, first at {diff[0]}: "
+                            f"{got[True].flat[diff[0]]!r} (staggered) vs {got[False].flat[diff[0]]!r} (every team first)")
+
+
+@pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
 def test_the_packed_kernel_takes_each_formats_shape_for_one_vector_and_for_batches_and_a_knob_wins():
     """QMATVEC_PACKED_BATCH_TEAMS and the per-format exceptions (QMATVEC_PACKED_FORMAT_SHAPES): 8 vectors
     of a model-sized matrix run 8 teams of 32 lanes a workgroup, 4 vectors keep 16 teams, and a format's

@@ -985,11 +985,14 @@ class KernelPolicy:
         kernel; 16-bit x and subgroup sums only; default QMATVEC_PACKED_SPLIT_SUM), ``balance`` (default:
         QMATVEC_PACKED_BALANCE where the device reports its compute units; an int: that many units): a
         whole number of workgroups per compute unit, the rows spread evenly over them a team's rows at a
-        time (unsplit rows, no ``per_cu`` or ``groups``); other formats keep the GGUF kernels."""
+        time (unsplit rows, no ``per_cu`` or ``groups``), ``stagger`` (16-bit x held by each workgroup,
+        subgroup sums; default: QMATVEC_PACKED_STAGGER): only the even teams load their first batch before x
+        is quantized, so that teams step out of phase (variants ``*.stagger.*``); other formats keep the GGUF
+        kernels."""
         cfg = dict(config or {}, **knobs)
         unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot", "xq",
                               "layout", "unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk", "splits",
-                              "split_sum", "balance",
+                              "split_sum", "balance", "stagger",
                               "coop", "coop_subgroups", "coop_unroll", "coop_splits", "coop_bshared", "coop_stages", "coop_depth",
                               "coop_accs"}
         if unknown:
@@ -1030,8 +1033,9 @@ class KernelPolicy:
                                                    (isinstance(cfg["balance"], int) and cfg["balance"] > 0)):
             raise ValueError(f"qmatvec config: balance must be True, False or a number of compute units > 0, "
                              f"got {cfg['balance']!r}")
-        if cfg.get("prefetch") is not None and not isinstance(cfg["prefetch"], bool):
-            raise ValueError(f"qmatvec config: prefetch must be True or False, got {cfg['prefetch']!r}")
+        for key in ("prefetch", "stagger"):
+            if cfg.get(key) is not None and not isinstance(cfg[key], bool):
+                raise ValueError(f"qmatvec config: {key} must be True or False, got {cfg[key]!r}")
         if cfg.get("x_bits") is not None:
             if cfg["x_bits"] not in (8, 16) or isinstance(cfg["x_bits"], bool):
                 raise ValueError(f"qmatvec config: x_bits must be 8 or 16, got {cfg['x_bits']!r}")
@@ -1039,7 +1043,7 @@ class KernelPolicy:
                 raise ValueError("qmatvec config: x_bits=8 quantizes x in each workgroup; it cannot take "
                                  "xq='dispatch'")
         for key in ("unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk", "splits",
-                    "split_sum", "balance"):
+                    "split_sum", "balance", "stagger"):
             if cfg.get(key) is not None and cfg.get("layout") != "packed":
                 raise ValueError(f"qmatvec config: {key} is a choice of layout='packed'")
         if cfg.get("per_cu") is not None and (isinstance(cfg["per_cu"], bool) or not isinstance(cfg["per_cu"], int)
@@ -1195,6 +1199,10 @@ class KernelPolicy:
     #: first batch of short rows held 96 registers a lane, one workgroup per SM of the H100, and
     #: was 1.7 us slower than without it, twice (docs/kernel-choices.md)
     QMATVEC_PACKED_NO_PREFETCH = {(DType.Q8_0, "short")}
+    #: (format, "short" | "long" rows, "one" vector or a "batch") whose packed kernel lets only its even
+    #: teams load before x is quantized (the shader's variants *.stagger.*; the ``stagger`` knob), so that
+    #: a workgroup's teams step out of phase
+    QMATVEC_PACKED_STAGGER: frozenset = frozenset()
     #: the automatic choice shrinks the teams per workgroup (small matrices) until the grid has at
     #: least this many workgroups per compute unit (or 64 workgroups where the device does not say
     #: how many units it has): fewer, fuller workgroups were faster than two per unit on the H200
@@ -1388,6 +1396,16 @@ class KernelPolicy:
             last = False  # the automatic choice: the second dispatch there
         if last:
             reduce = "last." + reduce
+        stagger = cfg.get("stagger")
+        if stagger is None:
+            stagger = (dtype, row_class, "one" if nx == 1 else "batch") in self.QMATVEC_PACKED_STAGGER
+        if stagger and (reduce != "sg" or x_bits == 8 or xq != "workgroup"):
+            if cfg.get("stagger"):
+                raise ValueError("quantized_matmul: stagger has variants for 16-bit x held by each workgroup "
+                                 "(xq='workgroup'), with subgroup sums, rows unsplit or summed by a second dispatch only")
+            stagger = False  # the automatic choice: the kernel without it there
+        if stagger:
+            reduce = "stagger." + reduce
         plan = {"rows": rows * teams, "packed": True,
                 "packed_bytes": self.qmatvec_packed_bytes(dtype, n_rows, n_cols)}
         per_cu = cfg.get("per_cu", auto["per_cu"])
