@@ -986,8 +986,8 @@ class KernelPolicy:
         QMATVEC_PACKED_BALANCE where the device reports its compute units; an int: that many units): a
         whole number of workgroups per compute unit, the rows spread evenly over them a team's rows at a
         time (unsplit rows, no ``per_cu`` or ``groups``), ``stagger`` (16-bit x held by each workgroup,
-        subgroup sums; default: QMATVEC_PACKED_STAGGER): only the even teams load their first batch before x
-        is quantized, so that teams step out of phase (variants ``*.stagger.*``); other formats keep the GGUF
+        subgroup sums; default: QMATVEC_PACKED_STAGGER): of the teams that load their first batch before x
+        is quantized (``prefetch``), only the even ones do, so that teams step out of phase (variants ``*.stagger.*``); other formats keep the GGUF
         kernels."""
         cfg = dict(config or {}, **knobs)
         unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot", "xq",
