@@ -52,6 +52,13 @@ SHAPES = [(7, 256, 2), (13, 512, 3), (33, 1024, 8), (5, 256, 40), (9, 96, 3)]  #
 _backends: dict = {}
 
 
+def _assert_same_bits(a: np.ndarray, b: np.ndarray, what: str, a_name: str, b_name: str) -> None:
+    """``a`` and ``b`` equal bit for bit; else how many floats differ, and the first with both values."""
+    diff = np.flatnonzero(a.view(np.uint32) != b.view(np.uint32))
+    assert diff.size == 0, (f"{what}: {diff.size} floats differ, first at {diff[0]}: "
+                            f"{a.flat[diff[0]]!r} ({a_name}) vs {b.flat[diff[0]]!r} ({b_name})")
+
+
 @pytest.fixture(scope="module")
 def backends():
     yield _backends
@@ -148,9 +155,8 @@ def test_x_quantized_by_each_workgroup_gives_the_products_of_x_quantized_by_a_fi
         extra = {"x_chunk": x_chunk} if x_chunk and xq == "workgroup" else {}
         with VulkanBackend(qmatvec={**knobs, "xq": xq, **extra}) as be:
             got[xq] = run_batch(be, dtype, raw, x, n_rows, n_cols, n_vecs)
-    diff = np.flatnonzero(got["workgroup"].view(np.uint32) != got["dispatch"].view(np.uint32))
-    assert diff.size == 0, (f"{dtype.name} {reduce} chunk {x_chunk}: {diff.size} outputs differ, first at {diff[0]}: "
-                            f"{got['workgroup'][diff[0]]!r} (workgroup) vs {got['dispatch'][diff[0]]!r} (dispatch)")
+    _assert_same_bits(got["workgroup"], got["dispatch"], f"{dtype.name} {reduce} chunk {x_chunk}", "workgroup",
+                      "dispatch")
 
 
 @pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
@@ -177,9 +183,7 @@ def test_a_balanced_grid_gives_the_bits_of_the_grid_of_row_groups(dtype, vecs, k
             kernel = be._policy.qmatvec(dtype, n_cols, n_rows, vecs)
             assert bool(kernel.balanced_groups) == bool(balance), kernel
             got[balance] = run_batch(be, dtype, raw, x, n_rows, n_cols, vecs)
-    diff = np.flatnonzero(got[5].view(np.uint32) != got[False].view(np.uint32))
-    assert diff.size == 0, (f"{dtype.name} {knobs}: {diff.size} outputs differ, first at {diff[0]}: "
-                            f"{got[5].flat[diff[0]]!r} (balanced) vs {got[False].flat[diff[0]]!r} (row groups)")
+    _assert_same_bits(got[5], got[False], f"{dtype.name} {knobs}", "balanced", "row groups")
 
 
 @pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
@@ -205,9 +209,7 @@ def test_staggered_first_loads_give_the_bits_of_every_team_loading_first(dtype, 
             kernel = be._policy.qmatvec(dtype, n_cols, n_rows, vecs)
             assert (".stagger." in kernel.spv) == stagger and kernel.vectors == vecs, kernel
             got[stagger] = run_batch(be, dtype, raw, x, n_rows, n_cols, vecs)
-    diff = np.flatnonzero(got[True].view(np.uint32) != got[False].view(np.uint32))
-    assert diff.size == 0, (f"{dtype.name} x{vecs} {knobs}: {diff.size} outputs differ, first at {diff[0]}: "
-                            f"{got[True].flat[diff[0]]!r} (staggered) vs {got[False].flat[diff[0]]!r} (every team first)")
+    _assert_same_bits(got[True], got[False], f"{dtype.name} x{vecs} {knobs}", "staggered", "every team first")
 
 
 @pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
@@ -265,6 +267,4 @@ def test_splits_summed_by_their_last_workgroup_give_the_bits_of_the_second_dispa
             assert kernel.splits == 3 and kernel.split_last == (how == "last"), kernel
             got[how] = [run_batch(be, dtype, raw, x, n_rows, n_cols, n_vecs) for x in xs]
     for call, (a, b) in enumerate(zip(got["last"], got["dispatch"])):
-        diff = np.flatnonzero(a.view(np.uint32) != b.view(np.uint32))
-        assert diff.size == 0, (f"{dtype.name} call {call}: {diff.size} floats differ, first at {diff[0]}: "
-                                f"{a[diff[0]]!r} (last split) vs {b[diff[0]]!r} (sum dispatch)")
+        _assert_same_bits(a, b, f"{dtype.name} call {call}", "last split", "sum dispatch")

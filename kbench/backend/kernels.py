@@ -987,8 +987,8 @@ class KernelPolicy:
         whole number of workgroups per compute unit, the rows spread evenly over them a team's rows at a
         time (unsplit rows, no ``per_cu`` or ``groups``), ``stagger`` (16-bit x held by each workgroup,
         subgroup sums; default: QMATVEC_PACKED_STAGGER): of the teams that load their first batch before x
-        is quantized (``prefetch``), only the even ones do, so that teams step out of phase (variants ``*.stagger.*``); other formats keep the GGUF
-        kernels."""
+        is quantized (``prefetch``), only the even ones do, so that teams step out of phase (variants
+        ``*.stagger.*``); other formats keep the GGUF kernels."""
         cfg = dict(config or {}, **knobs)
         unknown = set(cfg) - {"kernel", "lanes", "rows", "teams", "reduce", "staged", "chunk", "tile_kib", "dot", "xq",
                               "layout", "unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk", "splits",
@@ -1271,11 +1271,12 @@ class KernelPolicy:
     QMATVEC_PACKED_BALANCE = frozenset({"one"})
 
     def _qmatvec_packed_balance(self, n_rows: int, rows: int, teams: int, splits: int, capped: bool,
-                                nx: int) -> int:
+                                vecs: str) -> int:
         """Workgroups of the balanced grid (0: the grid of whole row groups): the fewest whole
-        number per compute unit whose teams cover the matrix's blocks of ``rows`` rows."""
+        number per compute unit whose teams cover the matrix's blocks of ``rows`` rows; ``vecs``: "one"
+        vector or a "batch" (QMATVEC_PACKED_BALANCE's keys)."""
         asked = self.qmatvec_config.get("balance")
-        if not (("one" if nx == 1 else "batch") in self.QMATVEC_PACKED_BALANCE if asked is None else asked):
+        if not (vecs in self.QMATVEC_PACKED_BALANCE if asked is None else asked):
             return 0
         units = asked if type(asked) is int else self.compute_units["count"] if self.compute_units else 0
         why = ("its rows are split over workgroups" if splits > 1 else
@@ -1313,7 +1314,8 @@ class KernelPolicy:
         row_class = "long" if blocks >= self.QMATVEC_PACKED_LONG_ROW_UNITS else "short"
         auto_rows, auto_unroll = self.QMATVEC_PACKED_ROWS[row_class]
         from_vecs, batch_teams = self.QMATVEC_PACKED_BATCH_TEAMS
-        vec_class = "one" if nx == 1 else "batch" if nx >= from_vecs else ""
+        vecs = "one" if nx == 1 else "batch"  # the keys of the automatic balance and stagger choices
+        vec_class = vecs if nx == 1 or nx >= from_vecs else ""  # FORMAT_SHAPES' batches: from_vecs and more
         shape = self.QMATVEC_PACKED_FORMAT_SHAPES.get((dtype, row_class, vec_class), {})
         auto_rows, auto_unroll = shape.get("rows", auto_rows), shape.get("unroll", auto_unroll)
         prefetch = cfg.get("prefetch")
@@ -1398,11 +1400,12 @@ class KernelPolicy:
             reduce = "last." + reduce
         stagger = cfg.get("stagger")
         if stagger is None:
-            stagger = (dtype, row_class, "one" if nx == 1 else "batch") in self.QMATVEC_PACKED_STAGGER
+            stagger = (dtype, row_class, vecs) in self.QMATVEC_PACKED_STAGGER
         if stagger and (reduce != "sg" or x_bits == 8 or xq != "workgroup"):
             if cfg.get("stagger"):
                 raise ValueError("quantized_matmul: stagger has variants for 16-bit x held by each workgroup "
-                                 "(xq='workgroup'), with subgroup sums, rows unsplit or summed by a second dispatch only")
+                                 "(xq='workgroup'), with subgroup sums, rows unsplit or summed by a second "
+                                 "dispatch only")
             stagger = False  # the automatic choice: the kernel without it there
         if stagger:
             reduce = "stagger." + reduce
@@ -1417,7 +1420,8 @@ class KernelPolicy:
         plan["vectors"] = nx
         plan["splits"] = splits
         plan["split_last"] = last
-        plan["balanced_groups"] = self._qmatvec_packed_balance(n_rows, rows, teams, splits, "max_groups" in plan, nx)
+        plan["balanced_groups"] = self._qmatvec_packed_balance(n_rows, rows, teams, splits, "max_groups" in plan,
+                                                               vecs)
         spec = (wg, rows, chunk * ux if x_shared else blocks, lanes, unroll, int(prefetch), nx,
                 part_floats(rows, wg), spu if splits > 1 else 0, int(bool(plan["balanced_groups"])))
         if x_shared:
