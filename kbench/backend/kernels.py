@@ -1201,8 +1201,11 @@ class KernelPolicy:
     QMATVEC_PACKED_NO_PREFETCH = {(DType.Q8_0, "short")}
     #: (format, "short" | "long" rows, "one" vector or a "batch") whose packed kernel lets only its even
     #: teams load before x is quantized (the shader's variants *.stagger.*; the ``stagger`` knob), so that
-    #: a workgroup's teams step out of phase
-    QMATVEC_PACKED_STAGGER: frozenset = frozenset()
+    #: a workgroup's teams step out of phase: one vector of long rows (one workgroup per SM), where it was
+    #: 0.25-1.1 us faster for every format on the H100; short rows gained for Q4_0 only, within the spread,
+    #: and lost for Q4_K and Q6_K (docs/kernel-choices.md)
+    QMATVEC_PACKED_STAGGER: frozenset = frozenset(
+        (dtype, "long", "one") for dtype in (DType.Q4_0, DType.Q8_0, DType.Q4_K, DType.Q6_K))
     #: the automatic choice shrinks the teams per workgroup (small matrices) until the grid has at
     #: least this many workgroups per compute unit (or 64 workgroups where the device does not say
     #: how many units it has): fewer, fuller workgroups were faster than two per unit on the H200
