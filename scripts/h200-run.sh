@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The H200 runs behind results/nvidia-h200 (through the device tool; see ../shared/device/README.md):
 #   carry [".gl", ".whl"], command: bash scripts/h200-run.sh bench   (then: ... extra)
+#   the device receives the files with a stale .git, so name the commit the runs record:
+#   KBENCH_GIT_REVISION=$(git rev-parse HEAD) written out in the command, e.g. KBENCH_GIT_REVISION=1b4df67 bash ...
 # bench: the issue-7 cases with the PyTorch/CUDA peer in the same run (one `kbench bench`), the transfer probe
 #        and the streamed-transfer tests.
 # extra: kernel probes (variants, fp16 matrix-vector peer), queue configurations, validate, runtime tests.

@@ -16,7 +16,7 @@ import pytest
 
 import kbench
 from kbench.results import (
-    SCHEMA_VERSION, RecordError, ResultsFormatError, ResultsWarning, RunWriter, collect_provenance,
+    SCHEMA_VERSION, RecordError, ResultsFormatError, ResultsWarning, RunWriter, collect_provenance, git_revision,
     load_run_headers, load_runs, make_case_id, make_device_key,
 )
 
@@ -331,3 +331,15 @@ def test_json_schema_accepts_written_records_and_rejects_bad_ones(tmp_path):
     bad = json.loads(run.path.read_text().splitlines()[1])
     bad["status"] = "passed"
     assert not validator.is_valid(bad), "a status outside the schema's list must be rejected"
+
+
+def test_a_given_revision_names_a_tree_copied_without_its_history(tmp_path, monkeypatch):
+    # a copied tree whose .git is stale (or absent) says which commit it holds through the environment
+    monkeypatch.setenv("KBENCH_GIT_REVISION", "1b4df67")
+    assert git_revision() == "1b4df67"
+    with new_writer(tmp_path) as run:
+        pass
+    header = json.loads(run.path.read_text().splitlines()[0])
+    assert header["git_revision"] == "1b4df67", f"expected the given revision, got {header['git_revision']!r}"
+    monkeypatch.setenv("KBENCH_GIT_REVISION", "  ")
+    assert git_revision() != "  ", "a blank KBENCH_GIT_REVISION must fall back to git"

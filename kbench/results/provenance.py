@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import importlib.metadata
+import os
 import platform
 import socket
 import subprocess
@@ -29,7 +30,12 @@ def utc_now() -> str:
 
 
 def git_revision(repo_dir: str | Path | None = None) -> str:
-    """``git rev-parse HEAD`` of the kbench checkout (+ "-dirty" with local changes), or "unknown"."""
+    """``git rev-parse HEAD`` of the kbench checkout (+ "-dirty" with local changes), or "unknown";
+    ``$KBENCH_GIT_REVISION`` where set: a tree copied without its history (a Docker image, a remote
+    GPU machine that receives the files but a stale ``.git``) cannot say which commit it holds."""
+    given = os.environ.get("KBENCH_GIT_REVISION", "").strip()
+    if given:
+        return given
     where = Path(repo_dir) if repo_dir else Path(kbench.__file__).resolve().parent.parent
     try:
         rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True,
