@@ -32,6 +32,10 @@
 // 127 / max|x| of its block of 32), as ggml's q8_1 activations): one byte dot per weight word where
 // the 16-bit x takes two, at the price of x's quantization error (NMSE about 3e-5 against float64
 // for uniform x, where 16 bits give about 2e-10): the kernels' integer issue halves.
+// Variant xlane (XQ_LANE): no qmatvec_xq dispatch and no x in shared memory; each lane quantizes the
+// blocks of x its own units meet, in registers, to the bytes, scale and sums qmatvec_xq.comp gives
+// them (lane_quantize): no team waits at a barrier for the others, at the price of every team
+// quantizing x again.
 
 // kbench: variant q4_0.sg QT_Q4_0 USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_0.tree QT_Q4_0 target=vulkan1.1
@@ -61,6 +65,14 @@
 // kbench: variant q8_0.xwg.stagger.sg QT_Q8_0 XQ_WG STAGGER USE_SUBGROUP target=vulkan1.1
 // kbench: variant q6_k.xwg.stagger.sg QT_Q6_K XQ_WG STAGGER USE_SUBGROUP target=vulkan1.1
 // kbench: variant q4_k.xwg.stagger.sg QT_Q4_K XQ_WG STAGGER USE_SUBGROUP target=vulkan1.1
+// kbench: variant q4_0.xlane.sg QT_Q4_0 XQ_LANE USE_SUBGROUP target=vulkan1.1
+// kbench: variant q8_0.xlane.sg QT_Q8_0 XQ_LANE USE_SUBGROUP target=vulkan1.1
+// kbench: variant q6_k.xlane.sg QT_Q6_K XQ_LANE USE_SUBGROUP target=vulkan1.1
+// kbench: variant q4_k.xlane.sg QT_Q4_K XQ_LANE USE_SUBGROUP target=vulkan1.1
+// kbench: variant q4_0.xlane.tree QT_Q4_0 XQ_LANE target=vulkan1.1
+// kbench: variant q8_0.xlane.tree QT_Q8_0 XQ_LANE target=vulkan1.1
+// kbench: variant q6_k.xlane.tree QT_Q6_K XQ_LANE target=vulkan1.1
+// kbench: variant q4_k.xlane.tree QT_Q4_K XQ_LANE target=vulkan1.1
 // kbench: variant q4_0.last.sg QT_Q4_0 SPLIT_LAST USE_SUBGROUP target=vulkan1.1
 // kbench: variant q8_0.last.sg QT_Q8_0 SPLIT_LAST USE_SUBGROUP target=vulkan1.1
 // kbench: variant q6_k.last.sg QT_Q6_K SPLIT_LAST USE_SUBGROUP target=vulkan1.1
@@ -135,6 +147,8 @@ shared uvec4 sxh[2u * BLOCKS * NX];  // hi bytes
 #endif
 shared float sxs[BLOCKS * NX];       // scales
 shared ivec2 sxsum[BLOCKS * NX];     // sums of q over elements 0..15 and 16..31
+#elif defined(XQ_LANE)
+layout(std430, binding = 1) readonly buffer Input { vec4 x4[]; };
 #else
 layout(std430, binding = 1) readonly buffer XQ { uvec4 xq[]; };
 #endif
@@ -188,7 +202,7 @@ int xsum16(uvec4 xl, uvec4 xh) {
 #endif
 }
 
-#if defined(XQ_WG)
+#if defined(XQ_WG) || defined(XQ_LANE)
 #if defined(X8)
 const int QLIM = 127;     // one signed byte
 #else
@@ -201,6 +215,41 @@ uint pack_bytes(ivec4 v) {
     return b.x | (b.y << 8) | (b.z << 16) | (b.w << 24);
 }
 
+#if defined(XQ_LANE)
+// x's block src (among all vectors' blocks) quantized by this lane alone: its lo and hi byte words
+// (elements 0..15, then 16..31), scale and sums of q per half, as qmatvec_xq.comp makes them.  Every
+// team quantizes x again, so q is rounded by adding 1.5 * 2^23 to the product (already rounded to
+// fp32, as roundEven sees it; precise: no fused multiply-add) and taking the low bits, where
+// roundEven and a conversion to int would take the quarter-rate conversion unit.  The same q under
+// round-to-nearest-even arithmetic, the default of the devices kbench has met.
+const float ROUNDER = 12582912.0;  // 1.5 * 2^23: |t| < 2^22 lands where a unit is the last bit
+void lane_quantize(uint src, out uvec4 xl0, out uvec4 xl1, out uvec4 xh0, out uvec4 xh1, out float sx,
+                   out ivec2 xs) {
+    float m = 0.0;
+    bool finite = true;
+    [[unroll]] for (uint k = 0u; k < 8u; ++k) {
+        vec4 a = abs(x4[8u * src + k]);
+        finite = finite && !any(isnan(a)) && !any(isinf(a));
+        m = max(m, max(max(a.x, a.y), max(a.z, a.w)));
+    }
+    float inv = finite && m > 0.0 ? QMAX / m : 0.0;
+    uvec4 lw[2], hw[2];
+    [[unroll]] for (uint k = 0u; k < 8u; ++k) {
+        precise vec4 t = x4[8u * src + k] * inv;
+        precise vec4 r = t + ROUNDER;
+        ivec4 q = clamp(floatBitsToInt(r) - 0x4B400000, ivec4(-QLIM), ivec4(QLIM));
+        ivec4 l = ((q + 128) & 255) - 128;
+        lw[k >> 2u][k & 3u] = pack_bytes(l);
+        hw[k >> 2u][k & 3u] = pack_bytes((q - l) >> 8);
+    }
+    xl0 = lw[0];
+    xl1 = lw[1];
+    xh0 = hw[0];
+    xh1 = hw[1];
+    sx = finite ? m / QMAX : uintBitsToFloat(0x7FC00000u);
+    xs = ivec2(xsum16(xl0, xh0), xsum16(xl1, xh1));
+}
+#else
 // x's block src (among all vectors' blocks) into shared slot b, quantized exactly as qmatvec_xq.comp does it
 void quantize_block(uint src, uint b) {
     vec4 v[8];
@@ -282,6 +331,7 @@ uvec3 quarter_of(uint i, uint cb) {
     return uvec3(v, i / 4u - v * cb, i & 3u);
 }
 #endif
+#endif  // XQ_LANE
 #endif
 
 // the loads of one unit of a row: NQ quant words, Q6_K's sub-block scale word (Q4_K: its two
@@ -486,6 +536,11 @@ void team_units(uint tl, uint row0, uint nu, uint c0, uint c1, bool loaded) {
 #endif
                     float sx = sxs[gb];
                     ivec2 xs = sxsum[gb];
+#elif defined(XQ_LANE)
+                    uvec4 xl0, xl1, xh0, xh1;
+                    float sx;
+                    ivec2 xs;
+                    lane_quantize(v * nb + b * UX + s, xl0, xl1, xh0, xh1, sx, xs);
 #else
                     uint gb = v * nb + b * UX + s;  // x block b * UX + s of vector v among all vectors' blocks
                     uint all = NX * nb;  // qmatvec_xq quantized every vector as one long x

@@ -150,6 +150,16 @@ CONFIGS = {
                                                                "stagger": True}}, "packed"),
     "packed-xwg-sg-l8r2t4-balance3-stagger": ({"qmatvec": {"layout": "packed", "lanes": 8, "rows": 2, "teams": 4,
                                                            "balance": 3, "stagger": True}}, "packed"),
+    # ... each lane quantizing the blocks of x its units meet (variants *.xlane.*): several units ahead with
+    # a ragged last batch, the tree, the balanced grid, rows split over workgroups summed by a dispatch
+    "packed-xlane-sg-l8r3t4u2": ({"qmatvec": {"layout": "packed", "xq": "lane", "lanes": 8, "rows": 3, "teams": 4,
+                                              "unroll": 2}}, "packed"),
+    "packed-xlane-tree-l16r2t2": ({"qmatvec": {"layout": "packed", "xq": "lane", "reduce": "tree", "lanes": 16,
+                                               "rows": 2, "teams": 2}}, "packed"),
+    "packed-xlane-sg-l8r2t4-balance3": ({"qmatvec": {"layout": "packed", "xq": "lane", "lanes": 8, "rows": 2,
+                                                     "teams": 4, "balance": 3}}, "packed"),
+    "packed-xlane-sg-l8r2-split3": ({"qmatvec": {"layout": "packed", "xq": "lane", "lanes": 8, "rows": 2,
+                                                 "splits": 3}}, "packed"),
     # x as 8-bit signed bytes (variant xwg8): held to its own quantization bound
     "packed-x8-auto": ({"qmatvec": {"layout": "packed", "x_bits": 8}}, "packed"),
     "packed-x8-tree-l8r3t2u2": ({"qmatvec": {"layout": "packed", "x_bits": 8, "lanes": 8, "rows": 3, "teams": 2,
@@ -238,11 +248,12 @@ def test_qmatvec_variant_matches_float64(backends, cfg, dtype):
             staged_shapes.append((n_rows, n_cols, n_cols // dtype.block_elems // kernel.spec[3]))
         if family == "packed":
             # x quantized by every workgroup unless asked otherwise (it always fits at these sizes)
-            in_workgroup = CONFIGS[cfg][0]["qmatvec"].get("xq", "workgroup") == "workgroup"
+            xq = CONFIGS[cfg][0]["qmatvec"].get("xq", "workgroup")
             assert kernel.packed, kernel
             x8 = CONFIGS[cfg][0]["qmatvec"].get("x_bits") == 8
             tag = ".xwg8." if x8 else ".xwg."
-            assert kernel.uses_xq != in_workgroup and (tag in kernel.spv) == in_workgroup, kernel
+            assert kernel.uses_xq == (xq == "dispatch") and (tag in kernel.spv) == (xq == "workgroup"), kernel
+            assert (".xlane." in kernel.spv) == (xq == "lane"), kernel
             balance = CONFIGS[cfg][0]["qmatvec"].get("balance")
             assert bool(kernel.balanced_groups) == bool(balance) and kernel.spec[9] == bool(balance), kernel
             stagger = bool(CONFIGS[cfg][0]["qmatvec"].get("stagger"))

@@ -205,7 +205,10 @@ def _props(**features):
     ({"layout": "packed", "kernel": "generic"}, "cannot take kernel='generic'"),
     ({"layout": "packed", "staged": True}, "cannot take staged=True"),
     ({"layout": "packed", "dot": False}, "cannot take dot=False"),
-    ({"layout": "packed", "xq": "lane"}, "cannot take xq='lane'"),
+    ({"layout": "packed", "xq": "lane", "x_bits": 8}, "x_bits=8 quantizes x in each workgroup; it cannot take "
+                                                      "xq='lane'"),
+    ({"layout": "packed", "xq": "lane", "x_chunk": 64}, "x_chunk is the chunk of x each workgroup holds; it cannot "
+                                                        "take xq='lane'"),
     ({"unroll": 2}, "unroll is a choice of layout='packed'"),
     ({"per_cu": 2}, "per_cu is a choice of layout='packed'"),
     ({"layout": "packed", "per_cu": -1}, "per_cu must be an int >= 0"),
@@ -369,6 +372,27 @@ def test_a_balanced_grid_is_a_whole_number_of_workgroups_per_compute_unit_coveri
     unknown.configure_qmatvec(layout="packed", balance=True)
     with pytest.raises(ValueError, match="does not report its compute units"):
         unknown.qmatvec(DType.Q4_0, 4096, 14336)
+
+
+def test_each_lane_quantizing_its_x_is_a_variant_of_its_own_on_request_only():
+    pol = KernelPolicy({**_props(integer_dot_product=True, subgroup_shuffle=True),
+                        "compute_units": {"count": 132, "threads": 2048}})
+    pol.configure_qmatvec(layout="packed")
+    for dtype in (DType.Q4_0, DType.Q8_0, DType.Q6_K, DType.Q4_K):
+        for nx in (1, 2, 8):
+            assert ".xlane." not in pol.qmatvec(dtype, 4096, 14336, nx).spv, f"{dtype.name} x{nx}: automatic"
+    pol.configure_qmatvec(layout="packed", xq="lane")
+    k = pol.qmatvec(DType.Q4_K, 14336, 4096)
+    assert k.spv == "qmatvec_packed.q4_k.xlane.sg.spv" and not k.uses_xq and k.balanced_groups, \
+        f"x bound as floats, no qmatvec_xq dispatch, the balanced grid: got {k}"
+    assert k.spec[2] == 14336 // 32, f"BLOCKS is every block of x (none held in shared memory): got {k.spec}"
+    pol.configure_qmatvec(layout="packed", xq="lane", reduce="tree")
+    assert pol.qmatvec(DType.Q6_K, 4096, 4096, 3).spv == "qmatvec_packed.q6_k.xlane.tree.spv"
+    for knobs, message in (({"stagger": True}, "stagger has variants"),
+                           ({"splits": 2, "split_sum": "last"}, "split_sum='last' has variants")):
+        pol.configure_qmatvec(layout="packed", xq="lane", **knobs)
+        with pytest.raises(ValueError, match=message):
+            pol.qmatvec(DType.Q4_0, 4096, 14336)
 
 
 def test_staggered_first_loads_are_variants_for_16_bit_x_held_by_each_workgroup():

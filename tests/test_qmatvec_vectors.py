@@ -45,6 +45,8 @@ CONFIGS = {
                                               "unroll": 2, "splits": 2, "split_sum": "last", "x_chunk": 64}},
     "packed-splits-chunks-dispatch": {"qmatvec": {"layout": "packed", "lanes": 4, "rows": 3, "teams": 2, "groups": 2,
                                                   "unroll": 2, "splits": 2, "xq": "dispatch"}},
+    # every lane quantizing the blocks of x its units meet, for every vector (variants *.xlane.*)
+    "packed-xlane": {"qmatvec": {"layout": "packed", "xq": "lane", "lanes": 8, "rows": 2, "teams": 3, "unroll": 2}},
 }
 SHAPES = [(7, 256, 2), (13, 512, 3), (33, 1024, 8), (5, 256, 40), (9, 96, 3)]  # n_rows, n_cols, n_vecs (40: more sums
 # than lanes; 96 x 3: an odd count of x blocks per vector and in all)
@@ -210,6 +212,32 @@ def test_staggered_first_loads_give_the_bits_of_every_team_loading_first(dtype, 
             assert (".stagger." in kernel.spv) == stagger and kernel.vectors == vecs, kernel
             got[stagger] = run_batch(be, dtype, raw, x, n_rows, n_cols, vecs)
     _assert_same_bits(got[True], got[False], f"{dtype.name} x{vecs} {knobs}", "staggered", "every team first")
+
+
+@pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")
+@pytest.mark.parametrize("dtype", [DType.Q4_0, DType.Q8_0, DType.Q6_K, DType.Q4_K], ids=lambda d: d.name)
+@pytest.mark.parametrize("vecs,knobs", [
+    (1, {"lanes": 8, "rows": 3, "teams": 4, "unroll": 2}),
+    (3, {"lanes": 8, "rows": 2, "teams": 3, "unroll": 2, "reduce": "tree"}),
+], ids=["ragged-1", "tree-3"])
+def test_each_lane_quantizing_its_x_gives_the_bits_of_x_quantized_by_a_dispatch(dtype, vecs, knobs):
+    # the lane variants round x * (1 / scale) by an add of 1.5 * 2^23 where qmatvec_xq.comp takes roundEven:
+    # the same bytes, scales and sums, so the products must match bit for bit (x over six decades, with a
+    # block of zeros, whose scale is 0)
+    if not kp.list_devices()[0].get("features", {}).get("integer_dot_product"):
+        pytest.skip("the device has no shaderIntegerDotProduct")
+    n_rows, n_cols = 29, 1536
+    rng = np.random.default_rng(90 + int(dtype) + vecs)
+    raw = quantize(rng.uniform(-1, 1, (n_rows, n_cols)).astype(np.float32), dtype)
+    x = (rng.uniform(-1, 1, (vecs, n_cols)) * 10.0 ** rng.uniform(-3, 3, (vecs, n_cols))).astype(np.float32)
+    x[0, 64:96] = 0.0
+    got = {}
+    for xq in ("dispatch", "lane"):
+        with VulkanBackend(qmatvec={"layout": "packed", **knobs, "xq": xq}) as be:
+            kernel = be._policy.qmatvec(dtype, n_cols, n_rows, vecs)
+            assert (".xlane." in kernel.spv) == (xq == "lane") and kernel.uses_xq == (xq == "dispatch"), kernel
+            got[xq] = run_batch(be, dtype, raw, x, n_rows, n_cols, vecs)
+    _assert_same_bits(got["lane"], got["dispatch"], f"{dtype.name} x{vecs} {knobs}", "each lane", "a dispatch")
 
 
 @pytest.mark.skipif(_NO_DEVICE is not None, reason=_NO_DEVICE or "")

@@ -974,7 +974,8 @@ class KernelPolicy:
         workgroups whatever the device (for tests and probes), ``prefetch`` (default True): a
         workgroup's first loads go out before it quantizes x, ``rows`` per team, ``xq`` "workgroup"
         (default where x fits in shared memory): each workgroup quantizes x into shared memory
-        itself, no second dispatch, or "dispatch"), ``x_bits``
+        itself, no second dispatch, "dispatch", or "lane": each lane quantizes the blocks of x its units
+        meet, in registers, no x in shared memory and no barrier, variants ``*.xlane.*``), ``x_bits``
         16 (default: x's error about 2e-10 NMSE) or 8 (with ``xq`` "workgroup" only: x as signed bytes, one
         byte dot per weight word instead of two, x's error about 3e-5 NMSE against float64: a faster,
         less exact kernel, never the automatic choice), ``x_chunk`` (with ``xq`` "workgroup": columns of x
@@ -1022,11 +1023,11 @@ class KernelPolicy:
                 raise ValueError("qmatvec config: layout='packed' needs shaderIntegerDotProduct, "
                                  "which this device lacks")
             clash = [k for k, bad in (("kernel", cfg.get("kernel", "auto") == "generic"), ("staged", cfg.get("staged")),
-                                      ("dot", cfg.get("dot") is False), ("xq", cfg.get("xq") == "lane"),
+                                      ("dot", cfg.get("dot") is False),
                                       ) if bad]
             if clash:
                 raise ValueError(f"qmatvec config: layout='packed' has one kernel (integer dots on x quantized by a "
-                                 f"first dispatch or by each workgroup); it cannot take "
+                                 f"first dispatch, by each workgroup or by each lane); it cannot take "
                                  f"{', '.join(clash)}="
                                  f"{', '.join(repr(cfg[k]) for k in clash)}")
         if cfg.get("balance") is not None and not (isinstance(cfg["balance"], bool) or
@@ -1039,9 +1040,9 @@ class KernelPolicy:
         if cfg.get("x_bits") is not None:
             if cfg["x_bits"] not in (8, 16) or isinstance(cfg["x_bits"], bool):
                 raise ValueError(f"qmatvec config: x_bits must be 8 or 16, got {cfg['x_bits']!r}")
-            if cfg["x_bits"] == 8 and cfg.get("xq") == "dispatch":
+            if cfg["x_bits"] == 8 and cfg.get("xq") in ("dispatch", "lane"):
                 raise ValueError("qmatvec config: x_bits=8 quantizes x in each workgroup; it cannot take "
-                                 "xq='dispatch'")
+                                 f"xq={cfg['xq']!r}")
         for key in ("unroll", "per_cu", "groups", "prefetch", "x_bits", "x_chunk", "splits",
                     "split_sum", "balance", "stagger"):
             if cfg.get(key) is not None and cfg.get("layout") != "packed":
@@ -1052,9 +1053,9 @@ class KernelPolicy:
                              f"got {cfg['per_cu']!r}")
         if cfg.get("split_sum", "dispatch") not in ("dispatch", "last"):
             raise ValueError(f"qmatvec config: split_sum must be dispatch or last, got {cfg['split_sum']!r}")
-        if cfg.get("x_chunk") is not None and cfg.get("xq") == "dispatch":
+        if cfg.get("x_chunk") is not None and cfg.get("xq") in ("dispatch", "lane"):
             raise ValueError("qmatvec config: x_chunk is the chunk of x each workgroup holds; it cannot take "
-                             "xq='dispatch'")
+                             f"xq={cfg['xq']!r}")
         if cfg.get("coop") is not None and not isinstance(cfg["coop"], bool):
             raise ValueError(f"qmatvec config: coop must be True or False, got {cfg['coop']!r}")
         if cfg.get("coop_bshared") is not None and not isinstance(cfg["coop_bshared"], bool):
@@ -1394,10 +1395,11 @@ class KernelPolicy:
         x_shared = xq == "workgroup"
         reduce = "sg" if subgroup else "tree"
         last = splits > 1 and cfg.get("split_sum", self.QMATVEC_PACKED_SPLIT_SUM) == "last"
-        if last and (not subgroup or x_bits == 8):
+        if last and (not subgroup or x_bits == 8 or xq == "lane"):
             if cfg.get("split_sum") == "last":
                 raise ValueError("quantized_matmul: split_sum='last' has variants for 16-bit x with subgroup "
-                                 "sums only" + ("" if subgroup else " (this kernel sums by a shared-memory tree)"))
+                                 "sums, x from a dispatch or held by each workgroup, only"
+                                 + ("" if subgroup else " (this kernel sums by a shared-memory tree)"))
             last = False  # the automatic choice: the second dispatch there
         if last:
             reduce = "last." + reduce
@@ -1430,6 +1432,9 @@ class KernelPolicy:
         if x_shared:
             xwg = "xwg8" if x_bits == 8 else "xwg"
             return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.{xwg}.{reduce}.spv", spec, PUSH_QMATVEC,
+                                 **plan)
+        if xq == "lane":  # x itself: each lane quantizes the blocks its units meet
+            return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.xlane.{reduce}.spv", spec, PUSH_QMATVEC,
                                  **plan)
         return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.{reduce}.spv", spec, PUSH_QMATVEC,
                              uses_xq=True, xq_bytes=self.qmatvec_xq_bytes(nx * n_cols), **plan)
