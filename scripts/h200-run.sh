@@ -50,9 +50,10 @@
 #          seconds); logs main-job.log and quick.log with their "where the time went" summaries, the torch peer's
 #          tests at the end of gpu.txt; about 6 minutes
 # onevec: one vector of Q4_0, Q8_0, Q4_K, Q6_K (or $DTYPES) under each knob set of $ONE_KNOBS (sets split by ';';
-#         default: the automatic kernel (rows spread evenly over the SMs), the same with staggered first loads
-#         (stagger=true: only the even teams load before x is quantized; with prefetch=true also for Q8_0's short
-#         rows, which load after x by default), then the grid of whole row groups (balance=false)), with registers,
+#         default: the automatic kernel (rows spread evenly over the SMs; long rows with staggered first loads),
+#         each lane quantizing the blocks of x its units meet (xq=lane: no x in shared memory, no barrier) at the
+#         automatic rows per team and at 4 and 8 rows a team one unit ahead (each lane's x then serves more rows),
+#         and the automatic kernel without staggered loads (stagger=false)), with registers,
 #         each kernel's timeline twin (how many workgroups were resident at once; ONE_CUT= leaves it out) and the
 #         read floor; about two minutes
 # Writes result runs and logs under $OUT (at most 8 files come back).
@@ -202,7 +203,7 @@ elif [ "$what" = onevec ]; then
   gpu_txt
   timeout 60 python3 -m kbench.probes read_floor > "$out/read_floor.log" 2>&1
   grep "^# floor" "$out/read_floor.log"
-  IFS=';' read -ra sets <<< "${ONE_KNOBS:-;stagger=true;stagger=true prefetch=true;balance=false}"
+  IFS=';' read -ra sets <<< "${ONE_KNOBS:-;xq=lane;xq=lane rows=4 unroll=1;xq=lane rows=8 unroll=1;stagger=false}"
   for ks in "${sets[@]}"; do
     # shellcheck disable=SC2086
     kn=(layout=packed $ks)
