@@ -61,6 +61,28 @@ def _assert_same_bits(a: np.ndarray, b: np.ndarray, what: str, a_name: str, b_na
                             f"{a.flat[diff[0]]!r} ({a_name}) vs {b.flat[diff[0]]!r} ({b_name})")
 
 
+def _products_under(configs: dict, dtype: DType, vecs: int, n_rows: int, n_cols: int, seed: int, *,
+                    wide_x: bool = True, check=None) -> dict:
+    """One random problem's products under each named qmatvec config (``check(kernel, name)`` asserts
+    the kernel each chose); x over six decades where ``wide_x``, so that every block's scale differs."""
+    if not kp.list_devices()[0].get("features", {}).get("integer_dot_product"):
+        pytest.skip("the device has no shaderIntegerDotProduct")
+    rng = np.random.default_rng(seed)
+    raw = quantize(rng.uniform(-1, 1, (n_rows, n_cols)).astype(np.float32), dtype)
+    x = rng.uniform(-1, 1, (vecs, n_cols))
+    if wide_x:
+        x = x * 10.0 ** rng.uniform(-3, 3, (vecs, n_cols))
+    x = x.astype(np.float32)
+    x[0, 64:96] = 0.0  # a block of zeros: scale 0
+    got = {}
+    for name, cfg in configs.items():
+        with VulkanBackend(qmatvec=cfg) as be:
+            if check is not None:
+                check(be._policy.qmatvec(dtype, n_cols, n_rows, vecs), name)
+            got[name] = run_batch(be, dtype, raw, x, n_rows, n_cols, vecs)
+    return got
+
+
 @pytest.fixture(scope="module")
 def backends():
     yield _backends
@@ -142,21 +164,12 @@ def test_x_quantized_by_each_workgroup_gives_the_products_of_x_quantized_by_a_fi
     # The same integer sums in the same order: bit for bit, whether a lane quantizes a block of x
     # (tree) or the 4 lanes of a quad a quarter each (subgroup), x whole or in chunks of whole lane
     # steps; x's magnitudes spread over 6 decades so each block's scale and rounding differ
-    feats = kp.list_devices()[0].get("features", {})
-    if not feats.get("integer_dot_product"):
-        pytest.skip("the device has no shaderIntegerDotProduct")
-    if reduce == "subgroup" and not feats.get("subgroup_shuffle"):
+    if reduce == "subgroup" and not kp.list_devices()[0].get("features", {}).get("subgroup_shuffle"):
         pytest.skip("the device has no subgroup shuffles")
-    n_rows, n_cols, n_vecs = 19, 2048, 3
-    rng = np.random.default_rng(int(dtype))
-    raw = quantize(rng.uniform(-1, 1, (n_rows, n_cols)).astype(np.float32), dtype)
-    x = (rng.uniform(-1, 1, (n_vecs, n_cols)) * 10.0 ** rng.uniform(-3, 3, (n_vecs, n_cols))).astype(np.float32)
     knobs = {"layout": "packed", "lanes": 8, "rows": 2, "teams": 4, "unroll": 2, "reduce": reduce}
-    got = {}
-    for xq in ("workgroup", "dispatch"):
-        extra = {"x_chunk": x_chunk} if x_chunk and xq == "workgroup" else {}
-        with VulkanBackend(qmatvec={**knobs, "xq": xq, **extra}) as be:
-            got[xq] = run_batch(be, dtype, raw, x, n_rows, n_cols, n_vecs)
+    chunk = {"x_chunk": x_chunk} if x_chunk else {}
+    got = _products_under({"workgroup": {**knobs, "xq": "workgroup", **chunk}, "dispatch": {**knobs, "xq": "dispatch"}},
+                          dtype, 3, 19, 2048, int(dtype))
     _assert_same_bits(got["workgroup"], got["dispatch"], f"{dtype.name} {reduce} chunk {x_chunk}", "workgroup",
                       "dispatch")
 
@@ -173,18 +186,12 @@ def test_x_quantized_by_each_workgroup_gives_the_products_of_x_quantized_by_a_fi
 def test_a_balanced_grid_gives_the_bits_of_the_grid_of_row_groups(dtype, vecs, knobs):
     # the balanced grid moves blocks of rows between workgroups (and leaves some teams idle); each row
     # is still one team's sums in the same order, so the products must match bit for bit
-    if not kp.list_devices()[0].get("features", {}).get("integer_dot_product"):
-        pytest.skip("the device has no shaderIntegerDotProduct")
-    n_rows, n_cols = 47, 2304  # 72 blocks of 32: lane steps end part way through a batch; 47: a ragged last team
-    rng = np.random.default_rng(40 + int(dtype) + vecs)
-    raw = quantize(rng.uniform(-1, 1, (n_rows, n_cols)).astype(np.float32), dtype)
-    x = rng.uniform(-1, 1, (vecs, n_cols)).astype(np.float32)
-    got = {}
-    for balance in (False, 5):  # 5 pretended compute units
-        with VulkanBackend(qmatvec={"layout": "packed", **knobs, "balance": balance}) as be:
-            kernel = be._policy.qmatvec(dtype, n_cols, n_rows, vecs)
-            assert bool(kernel.balanced_groups) == bool(balance), kernel
-            got[balance] = run_batch(be, dtype, raw, x, n_rows, n_cols, vecs)
+    def check(kernel, balance):
+        assert bool(kernel.balanced_groups) == bool(balance), kernel
+
+    # 47 x 2304: 72 blocks of 32, so lane steps end part way through a batch, and a ragged last team
+    got = _products_under({balance: {"layout": "packed", **knobs, "balance": balance} for balance in (False, 5)},
+                          dtype, vecs, 47, 2304, 40 + int(dtype) + vecs, wide_x=False, check=check)  # 5 units
     _assert_same_bits(got[5], got[False], f"{dtype.name} {knobs}", "balanced", "row groups")
 
 
@@ -199,18 +206,11 @@ def test_a_balanced_grid_gives_the_bits_of_the_grid_of_row_groups(dtype, vecs, k
 def test_staggered_first_loads_give_the_bits_of_every_team_loading_first(dtype, vecs, knobs):
     # the staggered variants change when the odd teams' first words are loaded, not which, nor the order
     # of any sum: the products must match the kernel without them bit for bit
-    if not kp.list_devices()[0].get("features", {}).get("integer_dot_product"):
-        pytest.skip("the device has no shaderIntegerDotProduct")
-    n_rows, n_cols = 47, 2304
-    rng = np.random.default_rng(80 + int(dtype) + vecs)
-    raw = quantize(rng.uniform(-1, 1, (n_rows, n_cols)).astype(np.float32), dtype)
-    x = (rng.uniform(-1, 1, (vecs, n_cols)) * 10.0 ** rng.uniform(-3, 3, (vecs, n_cols))).astype(np.float32)
-    got = {}
-    for stagger in (False, True):
-        with VulkanBackend(qmatvec={"layout": "packed", **knobs, "prefetch": True, "stagger": stagger}) as be:
-            kernel = be._policy.qmatvec(dtype, n_cols, n_rows, vecs)
-            assert (".stagger." in kernel.spv) == stagger and kernel.vectors == vecs, kernel
-            got[stagger] = run_batch(be, dtype, raw, x, n_rows, n_cols, vecs)
+    def check(kernel, stagger):
+        assert (".stagger." in kernel.spv) == stagger and kernel.vectors == vecs, kernel
+
+    got = _products_under({s: {"layout": "packed", **knobs, "prefetch": True, "stagger": s} for s in (False, True)},
+                          dtype, vecs, 47, 2304, 80 + int(dtype) + vecs, check=check)
     _assert_same_bits(got[True], got[False], f"{dtype.name} x{vecs} {knobs}", "staggered", "every team first")
 
 
@@ -224,19 +224,11 @@ def test_each_lane_quantizing_its_x_gives_the_bits_of_x_quantized_by_a_dispatch(
     # the lane variants round x * (1 / scale) by an add of 1.5 * 2^23 where qmatvec_xq.comp takes roundEven:
     # the same bytes, scales and sums, so the products must match bit for bit (x over six decades, with a
     # block of zeros, whose scale is 0)
-    if not kp.list_devices()[0].get("features", {}).get("integer_dot_product"):
-        pytest.skip("the device has no shaderIntegerDotProduct")
-    n_rows, n_cols = 29, 1536
-    rng = np.random.default_rng(90 + int(dtype) + vecs)
-    raw = quantize(rng.uniform(-1, 1, (n_rows, n_cols)).astype(np.float32), dtype)
-    x = (rng.uniform(-1, 1, (vecs, n_cols)) * 10.0 ** rng.uniform(-3, 3, (vecs, n_cols))).astype(np.float32)
-    x[0, 64:96] = 0.0
-    got = {}
-    for xq in ("dispatch", "lane"):
-        with VulkanBackend(qmatvec={"layout": "packed", **knobs, "xq": xq}) as be:
-            kernel = be._policy.qmatvec(dtype, n_cols, n_rows, vecs)
-            assert (".xlane." in kernel.spv) == (xq == "lane") and kernel.uses_xq == (xq == "dispatch"), kernel
-            got[xq] = run_batch(be, dtype, raw, x, n_rows, n_cols, vecs)
+    def check(kernel, xq):
+        assert (".xlane." in kernel.spv) == (xq == "lane") and kernel.uses_xq == (xq == "dispatch"), kernel
+
+    got = _products_under({xq: {"layout": "packed", **knobs, "xq": xq} for xq in ("dispatch", "lane")},
+                          dtype, vecs, 29, 1536, 90 + int(dtype) + vecs, check=check)
     _assert_same_bits(got["lane"], got["dispatch"], f"{dtype.name} x{vecs} {knobs}", "each lane", "a dispatch")
 
 
