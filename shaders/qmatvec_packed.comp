@@ -234,7 +234,7 @@ void lane_quantize(uint src, out uvec4 xl0, out uvec4 xl1, out uvec4 xh0, out uv
     }
     float inv = finite && m > 0.0 ? QMAX / m : 0.0;
     uvec4 lw[2], hw[2];
-    [[unroll]] for (uint k = 0u; k < 8u; ++k) {
+    [[unroll]] for (uint k = 0u; k < 8u; ++k) {  // x read again (L1), not held: 32 registers fewer
         precise vec4 t = x4[8u * src + k] * inv;
         precise vec4 r = t + ROUNDER;
         ivec4 q = clamp(floatBitsToInt(r) - 0x4B400000, ivec4(-QLIM), ivec4(QLIM));

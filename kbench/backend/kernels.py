@@ -1392,7 +1392,6 @@ class KernelPolicy:
             elif room < spu:  # else all of the split's x, held whole
                 chunk = auto_chunk(room)
             chunk = min(chunk, spu)
-        x_shared = xq == "workgroup"
         reduce = "sg" if subgroup else "tree"
         last = splits > 1 and cfg.get("split_sum", self.QMATVEC_PACKED_SPLIT_SUM) == "last"
         if last and (not subgroup or x_bits == 8 or xq == "lane"):
@@ -1427,17 +1426,15 @@ class KernelPolicy:
         plan["split_last"] = last
         plan["balanced_groups"] = self._qmatvec_packed_balance(n_rows, rows, teams, splits, "max_groups" in plan,
                                                                vecs)
-        spec = (wg, rows, chunk * ux if x_shared else blocks, lanes, unroll, int(prefetch), nx,
+        spec = (wg, rows, chunk * ux if xq == "workgroup" else blocks, lanes, unroll, int(prefetch), nx,
                 part_floats(rows, wg), spu if splits > 1 else 0, int(bool(plan["balanced_groups"])))
-        if x_shared:
-            xwg = "xwg8" if x_bits == 8 else "xwg"
-            return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.{xwg}.{reduce}.spv", spec, PUSH_QMATVEC,
-                                 **plan)
-        if xq == "lane":  # x itself: each lane quantizes the blocks its units meet
-            return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.xlane.{reduce}.spv", spec, PUSH_QMATVEC,
-                                 **plan)
-        return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.{reduce}.spv", spec, PUSH_QMATVEC,
-                             uses_xq=True, xq_bytes=self.qmatvec_xq_bytes(nx * n_cols), **plan)
+        # where x comes from names the variant: held by each workgroup, quantized by each lane (x bound
+        # itself either way), or quantized by a first qmatvec_xq dispatch (no tag)
+        x_tag = {"workgroup": "xwg8." if x_bits == 8 else "xwg.", "lane": "xlane."}.get(xq, "")
+        if not x_tag:
+            plan.update(uses_xq=True, xq_bytes=self.qmatvec_xq_bytes(nx * n_cols))
+        return QMatvecKernel(f"qmatvec_packed.{QMATVEC_DTYPES[dtype]}.{x_tag}{reduce}.spv", spec, PUSH_QMATVEC,
+                             **plan)
 
     # -- batches on cooperative matrices (shaders/qmatmul_coop.comp) -------------------------------
     #: formats qmatmul_coop.comp decodes (from the packed layout)
