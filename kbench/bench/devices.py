@@ -188,10 +188,10 @@ def gpu_timer_for(backend: Any):
     the recording is submitted once per sample (``GpuSamples.method`` "replay"): Python issues a
     small dispatch in tens of microseconds, so kernels shorter than that would otherwise be timed
     on a GPU that idles between them and never leaves its low clocks.  A replayed sample holds as
-    many calls as keep the device busy for the policy's min_sample_s (timing.gpu_repeats, from one
-    replayed run of the host calibration's calls), within the backend's ``replay_max_ops``.  Cases
-    whose calls need the host midway (reads, synchronize) fall back to timing batches as they are
-    issued ("stream")."""
+    many calls as keep the device busy for the policy's min_sample_s (timing.gpu_repeats, from the
+    least of three replayed runs of the host calibration's calls), within the backend's
+    ``replay_max_ops``.  Cases whose calls need the host midway (reads, synchronize) fall back to
+    timing batches as they are issued ("stream")."""
     measure = getattr(backend, "measure_gpu_ns", None)
     if measure is None:
         return None
@@ -208,12 +208,14 @@ def gpu_timer_for(backend: Any):
             return issue
 
         if replay is not None:
-            # one run of the host calibration's calls says how long a call takes on the device;
-            # the timed samples then hold enough calls to keep it busy for policy.min_sample_s
-            first = replay(calls(repeats), 1)
+            # runs of the host calibration's calls say how long a call takes on the device (the least
+            # of three: a first run that waits for the device's threads or clocks would size the
+            # samples too short); the timed samples then hold enough calls to keep it busy for
+            # policy.min_sample_s
+            first = replay(calls(repeats), 3)
             if first:
                 cap = getattr(backend, "replay_max_ops", None)
-                n = gpu_repeats(repeats, first.gpu_ns[0] / repeats, policy,
+                n = gpu_repeats(repeats, min(first.gpu_ns) / repeats, policy,
                                 cap * repeats // first.ops if cap and first.ops else None)
                 # watched after each replayed run, not while recording
                 got = replay(calls(n), policy.samples, warm_until=ready, warm_max_s=policy.settle_max_s,
