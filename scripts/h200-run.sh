@@ -56,6 +56,10 @@
 #         and the automatic kernel without staggered loads (stagger=false)), with registers,
 #         each kernel's timeline twin (how many workgroups were resident at once; ONE_CUT= leaves it out) and the
 #         read floor; about two minutes
+# cm2: matmul_f16 at 4096^3 and 8192^3 on workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2) under
+#      the tiles of $CM2_TILES (BMxBNxBKxTHREADSxGROUP_MxUNROLL, the probe's --coop-variant; default: the automatic
+#      128x256x32 on 256 invocations unrolled 16 times beside a shallower slice unrolled deeper, other row-group
+#      sweeps, deeper unrolls, 128-invocation and 256x128 tiles) beside torch's fp16 matmul; about two minutes
 # Writes result runs and logs under $OUT (at most 8 files come back).
 set -u
 source .gl/device-env.sh
@@ -213,6 +217,15 @@ elif [ "$what" = onevec ]; then
       --knobs "${kn[@]}" ${ONE_CUT---cut timeline} 2>&1 | grep -v "^# warmed\|^fp16"
   done > "$out/probe_onevec.log"
   cat "$out/probe_onevec.log"
+elif [ "$what" = cm2 ]; then
+  gpu_txt
+  v=()
+  for t in ${CM2_TILES:-128x256x32x256x8x16 128x256x16x256x8x32 128x256x32x256x4x16 128x256x32x256x16x16 \
+      128x256x32x256x8x32 128x128x32x128x8x16 256x128x32x256x8x16 128x128x64x256x8x8}; do
+    v+=(--coop-variant "cm2:$t")
+  done
+  timeout ${CM2_S:-170} python3 -m kbench.probes matmul --kinds fp16 --budget 140 "${v[@]}" > "$out/probe_matmul_cm2.log" 2>&1
+  grep -v "^#\|flexible\|^  16" "$out/probe_matmul_cm2.log" | tail -24
 elif [ "$what" = kquants ]; then
   gpu_txt
   # shellcheck disable=SC2086
