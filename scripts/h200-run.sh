@@ -60,7 +60,8 @@
 #      the tiles of $CM2_TILES (BMxBNxBKxTHREADSxGROUP_MxUNROLL, the probe's --coop-variant; default: the automatic
 #      128x256x32 on 256 invocations unrolled 16 times beside a shallower slice unrolled deeper, other row-group
 #      sweeps, deeper unrolls, 128-invocation and 256x128 tiles) beside torch's fp16 matmul; about two minutes
-# Writes result runs and logs under $OUT (at most 8 files come back).
+# Writes result runs and logs under $OUT (at most 8 files come back); with several parts named, each part's under
+# $OUT/<part>/.
 set -u
 source .gl/device-env.sh
 # the probes' cut twins are compiled on the device: by the glslang that built the shipped SPIR-V where one is carried
@@ -72,6 +73,15 @@ if [ -x .gl/glslang ]; then
 fi
 export PYTHONUNBUFFERED=1
 out=${OUT:-out}; mkdir -p "$out"
+# several parts in one call (each device start costs minutes): bash scripts/h200-run.sh onevec cm2 runs each
+# part in turn, its files under $OUT/<part>/ (at most 8 files come back in all)
+if [ $# -gt 1 ]; then
+  for part in "$@"; do
+    echo "### $part"
+    OUT=$out/$part bash "$0" "$part"
+  done
+  exit 0
+fi
 what=${1:-bench}
 # the card, driver and clocks at the start of a run
 gpu_txt() {
