@@ -270,7 +270,8 @@ def print_summary(result: Any, mode: str, stream=None, wall_s: float | None = No
     s = result.summary
     order = ("pass", "xfail", "unsupported", "fail", "error")
     counts = ", ".join(f"{s.counts.get(k, 0)} {k}" for k in order)
-    print(f"kbench {mode}: {s.total} result(s): {counts}", file=stream)
+    peaks = f" (and {s.peaks} device peak(s) measured)" if s.peaks else ""
+    print(f"kbench {mode}: {s.total} result(s){peaks}: {counts}", file=stream)
     for line in s.notes:
         print(f"  note: {line}", file=stream)
     if s.unexpected_passes:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 
 import pytest
 
@@ -453,3 +454,22 @@ def test_a_killed_runs_cache_directory_is_removed_by_the_next_run(tmp_path, monk
     assert not dead.exists(), "the killed run's arrays should be gone"
     assert live.exists(), "a running kbench's directory must stay"
     assert not fresh.exists() and fresh.parent == tmp_path, "the new directory is made only when something is kept"
+
+
+def test_bench_summary_counts_the_device_peaks_its_progress_counted_beside_the_results(tmp_path, capsys):
+    from conftest import NO_DEVICE
+
+    from kbench.cli import main
+
+    if NO_DEVICE is not None:
+        pytest.skip(NO_DEVICE)
+    rc = main(["bench", "--quick", "-k", "add", "--out", str(tmp_path), "--samples", "2", "--min-sample-ms", "1"])
+    out = capsys.readouterr()
+    assert rc == 0, out.out + out.err
+    recs = [json.loads(line) for f in tmp_path.glob("*.jsonl") for line in f.read_text().splitlines()]
+    peaks = sum(1 for r in recs if r.get("kind") == "peak")
+    results = sum(1 for r in recs if r.get("kind") == "case")
+    total = re.search(r"\[\d+/(\d+)\]", out.err)
+    assert peaks and total and int(total.group(1)) == peaks + results, f"{peaks} peaks, {results} results:\n{out.err}"
+    line = next((ln for ln in out.out.splitlines() if ln.startswith("kbench bench: ")), "")
+    assert f"{results} result(s) (and {peaks} device peak(s) measured)" in line, f"expected both counts, got {line!r}"

@@ -144,6 +144,8 @@ class Summary:
     new_failures: list[str] = field(default_factory=list)
     unexpected_passes: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: device peaks measured (``kbench peaks``' records, in a bench's progress count but not results)
+    peaks: int = 0
 
     def add(self, record: dict[str, Any]) -> None:
         status = record.get("status", "error")

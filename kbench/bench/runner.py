@@ -341,6 +341,7 @@ class Runner:
         def on_record(rec: dict[str, Any]) -> None:
             if rec.get("kind") == "peak":
                 peaks[rec["peak"]] = float(rec["value"])
+                self.summary.peaks += 1
                 rec = {k: v for k, v in rec.items()}
                 self.progress.advance(writer.write(rec))
                 return
