@@ -63,6 +63,16 @@
 # Writes result runs and logs under $OUT (at most 8 files come back); with several parts named, each part's under
 # $OUT/<part>/.
 set -u
+out=${OUT:-out}; mkdir -p "$out"
+# several parts in one call (each device start costs minutes): bash scripts/h200-run.sh onevec cm2 runs each
+# part in turn (each sets the machine up itself), its files under $OUT/<part>/ (at most 8 files come back in all)
+if [ $# -gt 1 ]; then
+  for part in "$@"; do
+    echo "### $part"
+    OUT=$out/$part bash "$0" "$part"
+  done
+  exit 0
+fi
 source .gl/device-env.sh
 # the probes' cut twins are compiled on the device: by the glslang that built the shipped SPIR-V where one is carried
 # as .gl/glslang (cp third_party/glslang/bin/glslangValidator .gl/glslang, with this machine's libstdc++.so.6 in
@@ -72,16 +82,6 @@ if [ -x .gl/glslang ]; then
   "$KBENCH_GLSLANG" --version > /dev/null 2>&1 || export LD_LIBRARY_PATH=$PWD/.gl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 export PYTHONUNBUFFERED=1
-out=${OUT:-out}; mkdir -p "$out"
-# several parts in one call (each device start costs minutes): bash scripts/h200-run.sh onevec cm2 runs each
-# part in turn, its files under $OUT/<part>/ (at most 8 files come back in all)
-if [ $# -gt 1 ]; then
-  for part in "$@"; do
-    echo "### $part"
-    OUT=$out/$part bash "$0" "$part"
-  done
-  exit 0
-fi
 what=${1:-bench}
 # the card, driver and clocks at the start of a run
 gpu_txt() {

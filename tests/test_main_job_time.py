@@ -342,18 +342,22 @@ def test_a_rising_clock_restarts_the_hold():
 
 # ------------------------------------------------------------------ end to end on lavapipe
 
-def test_bench_quick_on_the_cpu_driver_runs_one_size_per_case_and_prints_where_the_time_went(tmp_path, capsys):
+def _quick_bench_on_the_cpu_driver(tmp_path, capsys, *args: str):
+    """`kbench bench --quick ARGS` with short samples into tmp_path: its captured output and records."""
     from conftest import NO_DEVICE
 
     from kbench.cli import main
 
     if NO_DEVICE is not None:
         pytest.skip(NO_DEVICE)
-    rc = main(["bench", "--quick", "--no-peaks", "-k", "add", "-k", "copy_buffer", "--out", str(tmp_path),
-               "--samples", "2", "--min-sample-ms", "1"])
+    rc = main(["bench", "--quick", *args, "--out", str(tmp_path), "--samples", "2", "--min-sample-ms", "1"])
     out = capsys.readouterr()
     assert rc == 0, out.out + out.err
-    recs = [json.loads(line) for f in tmp_path.glob("*.jsonl") for line in f.read_text().splitlines()]
+    return out, [json.loads(line) for f in tmp_path.glob("*.jsonl") for line in f.read_text().splitlines()]
+
+
+def test_bench_quick_on_the_cpu_driver_runs_one_size_per_case_and_prints_where_the_time_went(tmp_path, capsys):
+    out, recs = _quick_bench_on_the_cpu_driver(tmp_path, capsys, "--no-peaks", "-k", "add", "-k", "copy_buffer")
     cases = sorted(r["case_id"] for r in recs if r.get("kind") == "case")
     assert cases == ["add[size=1048576]", "copy_buffer[size=4194304]"], f"expected one size per case, got {cases}"
     for r in recs:
@@ -457,16 +461,7 @@ def test_a_killed_runs_cache_directory_is_removed_by_the_next_run(tmp_path, monk
 
 
 def test_bench_summary_counts_the_device_peaks_its_progress_counted_beside_the_results(tmp_path, capsys):
-    from conftest import NO_DEVICE
-
-    from kbench.cli import main
-
-    if NO_DEVICE is not None:
-        pytest.skip(NO_DEVICE)
-    rc = main(["bench", "--quick", "-k", "add", "--out", str(tmp_path), "--samples", "2", "--min-sample-ms", "1"])
-    out = capsys.readouterr()
-    assert rc == 0, out.out + out.err
-    recs = [json.loads(line) for f in tmp_path.glob("*.jsonl") for line in f.read_text().splitlines()]
+    out, recs = _quick_bench_on_the_cpu_driver(tmp_path, capsys, "-k", "add")
     peaks = sum(1 for r in recs if r.get("kind") == "peak")
     results = sum(1 for r in recs if r.get("kind") == "case")
     total = re.search(r"\[\d+/(\d+)\]", out.err)

@@ -1023,8 +1023,7 @@ class KernelPolicy:
                 raise ValueError("qmatvec config: layout='packed' needs shaderIntegerDotProduct, "
                                  "which this device lacks")
             clash = [k for k, bad in (("kernel", cfg.get("kernel", "auto") == "generic"), ("staged", cfg.get("staged")),
-                                      ("dot", cfg.get("dot") is False),
-                                      ) if bad]
+                                      ("dot", cfg.get("dot") is False)) if bad]
             if clash:
                 raise ValueError(f"qmatvec config: layout='packed' has one kernel (integer dots on x quantized by a "
                                  f"first dispatch, by each workgroup or by each lane); it cannot take "
