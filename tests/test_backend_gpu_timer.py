@@ -189,9 +189,11 @@ class _ReplayingBackend:
 
     replay_max_ops = 4000
 
-    def __init__(self, ns_per_call: float = 20_000.0, ops_per_call: int = 2, slow_first: float = 1.0) -> None:
+    def __init__(self, ns_per_call: float = 20_000.0, ops_per_call: int = 2, slow_first: float = 1.0,
+                 ns_per_run: float = 0.0) -> None:
         self.ns, self.ops_per_call = ns_per_call, ops_per_call
         self.slow_first = slow_first  # the first run of the first replay takes this many times as long
+        self.ns_per_run = ns_per_run  # a fixed cost in every run's timestamps, whatever its calls
         self.replays: list[dict] = []
         self.calls = 0
 
@@ -206,7 +208,7 @@ class _ReplayingBackend:
         n = self.calls - before
         slow = self.slow_first if not self.replays else 1.0
         self.replays.append({"calls": n, "runs": runs, "warm_until": warm_until})
-        gpu = [n * self.ns * (slow if i == 0 else 1.0) for i in range(runs)]
+        gpu = [n * self.ns * (slow if i == 0 else 1.0) + self.ns_per_run for i in range(runs)]
         return ReplayTimes(gpu, [ns * 1.01 for ns in gpu], n * self.ops_per_call)
 
 
@@ -250,6 +252,21 @@ def test_a_slow_first_sizing_run_does_not_shorten_the_replayed_samples():
     be = _ReplayingBackend(slow_first=6.0)
     got = gpu_timer_for(be)(None, lambda: setattr(be, "calls", be.calls + 1), lambda: None, 8, GPU_POLICY)
     assert got.repeats == 1000, f"expected 1000 calls of 20 us (a slow first run ignored), got {got.repeats}"
+
+
+def test_a_fixed_cost_per_run_does_not_leave_the_replayed_samples_short():
+    # lavapipe: two calls of a small add timed at 109 us a call, 46 of them at 48 us, so samples sized
+    # on the few came out at 2.2 of 5 ms (a flaky CI failure); the timed calls size them again
+    from kbench.bench.devices import gpu_timer_for
+    from kbench.bench.timing import GPU_POLICY
+
+    be = _ReplayingBackend(ns_per_run=2_000_000.0)
+    got = gpu_timer_for(be)(None, lambda: setattr(be, "calls", be.calls + 1), lambda: None, 8, GPU_POLICY)
+    sample_ns = got.repeats * min(got.ns)
+    assert sample_ns >= 0.5 * GPU_POLICY.min_sample_s * 1e9, \
+        f"a sample of {got.repeats} calls lasted {sample_ns / 1e6:.2f} ms; expected about " \
+        f"{GPU_POLICY.min_sample_s * 1e3:.0f} ms"
+    assert len(be.replays) == 3, f"expected sizing runs, one short timed set and one resized: {be.replays}"
 
 
 def test_a_replayed_bench_sample_on_this_device_lasts_about_the_policys_sample_time(vk_backend):
