@@ -57,9 +57,10 @@
 #         each kernel's timeline twin (how many workgroups were resident at once; ONE_CUT= leaves it out) and the
 #         read floor; about two minutes
 # cm2: matmul_f16 at 4096^3 and 8192^3 on workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2) under
-#      the tiles of $CM2_TILES (BMxBNxBKxTHREADSxGROUP_MxUNROLL, the probe's --coop-variant; default: the automatic
-#      128x256x32 on 256 invocations unrolled 16 times beside a shallower slice unrolled deeper, other row-group
-#      sweeps, deeper unrolls, 128-invocation and 256x128 tiles) beside torch's fp16 matmul; about two minutes
+#      the variants of $CM2_TILES (cm2:BMxBNxBKxTHREADSxGROUP_MxUNROLL, the probe's --coop-variant, cm2t: the same
+#      reading B transposed after a transpose pass; default: the automatic 128x256x32 on 256 invocations unrolled 16
+#      times, it and ggml's 128x256x64 reading B transposed, a shallower slice unrolled deeper, other row-group
+#      sweeps, deeper unrolls, 128-invocation and 256x128 tiles) beside torch's fp16 matmul; about three minutes
 # Writes result runs and logs under $OUT (at most 8 files come back); with several parts named, each part's under
 # $OUT/<part>/.
 set -u
@@ -230,11 +231,14 @@ elif [ "$what" = onevec ]; then
 elif [ "$what" = cm2 ]; then
   gpu_txt
   v=()
-  for t in ${CM2_TILES:-128x256x32x256x8x16 128x256x16x256x8x32 128x256x32x256x4x16 128x256x32x256x16x16 \
-      128x256x32x256x8x32 128x128x32x128x8x16 256x128x32x256x8x16 128x128x64x256x8x8}; do
-    v+=(--coop-variant "cm2:$t")
+  # cm2t: the same tile reading B transposed (a transpose pass first, timed with it), as ggml's coopmat2 matmul
+  # reads its operands (its 128x256x64 on 256 invocations was 301 / 312 TFLOP/s where ours read 245 / 271)
+  for t in ${CM2_TILES:-cm2:128x256x32x256x8x16 cm2t:128x256x32x256x8x16 cm2t:128x256x64x256x8x8 \
+      cm2t:128x128x32x128x8x16 cm2:128x256x16x256x8x32 cm2:128x256x32x256x4x16 cm2:128x256x32x256x16x16 \
+      cm2:128x256x32x256x8x32 cm2:128x128x32x128x8x16 cm2:256x128x32x256x8x16 cm2:128x128x64x256x8x8}; do
+    v+=(--coop-variant "$t")
   done
-  timeout ${CM2_S:-170} python3 -m kbench.probes matmul --kinds fp16 --budget 140 "${v[@]}" > "$out/probe_matmul_cm2.log" 2>&1
+  timeout ${CM2_S:-230} python3 -m kbench.probes matmul --kinds fp16 --budget 200 "${v[@]}" > "$out/probe_matmul_cm2.log" 2>&1
   grep -v "^#\|flexible\|^  16" "$out/probe_matmul_cm2.log" | tail -24
 elif [ "$what" = kquants ]; then
   gpu_txt

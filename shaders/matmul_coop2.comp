@@ -14,6 +14,8 @@
 // kbench: requires glslang>=16
 // kbench: variant f16 target=vulkan1.3
 // kbench: variant bf16 ELEM_BF16 target=vulkan1.3
+// kbench: variant f16.bt B_T target=vulkan1.3
+// kbench: variant bf16.bt ELEM_BF16 B_T target=vulkan1.3
 //
 // Reduced-precision matrix product on workgroup-scope cooperative matrices
 // (VK_NV_cooperative_matrix2): C[m,n] = A[m,k] @ B[k,n] with A and B float16 (variant f16) or
@@ -29,6 +31,9 @@
 // (the row pitches are set with their low bits masked off), so that it can load whole vectors;
 // UNROLL > 1 unrolls the slice loop UNROLL times (the driver can then overlap one slice's loads
 // with another's multiply), with a plain loop for the slices left over.
+// Variants *.bt take B transposed: binding 1 holds B^T, n rows of k (both operands then run along
+// k, the order ggml's coopmat2 matmul reads them in), loaded as BK x BN slices through a
+// transposing tensor view; the backend transposes B first (shaders/transpose16.comp).
 //
 // local_size_x must be one of the workgroup sizes the device lists for this type combination
 // and these granularities (vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV;
@@ -75,11 +80,22 @@ void main() {
     tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> tc =
         createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
     ta = setTensorLayoutDimensionNV(ta, pc.m, pc.k);
+#ifdef B_T
+    tb = setTensorLayoutDimensionNV(tb, pc.n, pc.k);
+    tensorViewNV<2, false, 1, 0> bview = createTensorViewNV(2, false, 1, 0);
+#define LOAD_B(k0) coopMatLoadTensorNV(mb, b, 0u, sliceTensorLayoutNV(tb, col0, BN, k0, BK), bview)
+#else
     tb = setTensorLayoutDimensionNV(tb, pc.k, pc.n);
+#define LOAD_B(k0) coopMatLoadTensorNV(mb, b, 0u, sliceTensorLayoutNV(tb, k0, BK, col0, BN))
+#endif
     tc = setTensorLayoutDimensionNV(tc, pc.m, pc.n);
     if (VEC != 0u) {
         ta = setTensorLayoutStrideNV(ta, pc.k & ~7u, 1u);
+#ifdef B_T
+        tb = setTensorLayoutStrideNV(tb, pc.k & ~7u, 1u);
+#else
         tb = setTensorLayoutStrideNV(tb, pc.n & ~7u, 1u);
+#endif
         tc = setTensorLayoutStrideNV(tc, pc.n & ~7u, 1u);
     }
 
@@ -93,7 +109,7 @@ void main() {
         for (; k0 + UNROLL * BK <= pc.k; ) {
             [[unroll]] for (uint u = 0u; u < UNROLL; ++u) {
                 coopMatLoadTensorNV(ma, a, 0u, sliceTensorLayoutNV(ta, row0, BM, k0, BK));
-                coopMatLoadTensorNV(mb, b, 0u, sliceTensorLayoutNV(tb, k0, BK, col0, BN));
+                LOAD_B(k0);
                 acc = coopMatMulAdd(ma, mb, acc);
                 k0 += BK;
             }
@@ -101,7 +117,7 @@ void main() {
     }
     for (; k0 < pc.k; k0 += BK) {
         coopMatLoadTensorNV(ma, a, 0u, sliceTensorLayoutNV(ta, row0, BM, k0, BK));
-        coopMatLoadTensorNV(mb, b, 0u, sliceTensorLayoutNV(tb, k0, BK, col0, BN));
+        LOAD_B(k0);
         acc = coopMatMulAdd(ma, mb, acc);
     }
     coopMatStoreTensorNV(acc, c, 0u, sliceTensorLayoutNV(tc, row0, BM, col0, BN));

@@ -75,6 +75,34 @@ def test_coopmat2_is_chosen_where_the_device_lists_workgroup_scope_configuration
     assert mine.matmul_f16_plan(64, 64, 64)[0].spec == (128, 64, 64, 32, 2, 0, 4, 1)
 
 
+def test_the_coopmat2_kernel_reads_b_transposed_only_when_asked_and_only_on_coopmat2():
+    flex = [_flex("f16", 256), _flex("bf16", 256)]
+    props = _props([CM2_FEATURES, BF16_FEATURES], khr=("f16", "bf16"), flex=flex)
+    auto = KernelPolicy(props)
+    assert auto.matmul_f16_cm2_b == KernelPolicy.MATMUL_CM2_B
+    rows = KernelPolicy(props, matmul_f16_cm2_b="rows")
+    assert not rows.matmul_f16_b_transposed("f16")
+    assert rows.matmul_f16_plan(4096, 4096, 4096)[0].spv == "matmul_coop2.f16.spv"
+    bt = KernelPolicy(props, matmul_f16_cm2_b="transposed")
+    for dtype in ("f16", "bf16"):
+        assert bt.matmul_f16_b_transposed(dtype), dtype
+        kernel, grid = bt.matmul_f16_plan(4096, 8192, 2048, dtype)
+        assert kernel.spv == f"matmul_coop2.{dtype}.bt.spv"
+        assert kernel.spec == rows.matmul_f16_plan(4096, 8192, 2048, dtype)[0].spec, "the same tile either way"
+    # the pass: B (k rows of n) in 32 x 32 tiles, x along n
+    kernel, grid = bt.transpose16(2048, 8192)
+    assert (kernel.spv, grid) == ("transpose16.spv", (8192 // 32, 2048 // 32, 1))
+    assert kernel.push_record(2048, 8192).dtype.names == ("rows", "cols")
+    with pytest.raises(ValueError, match=r"65536 x 65536 elements are beyond"):
+        bt.transpose16(65536, 65536)
+    # the KHR kernel reads B as given whatever the option says
+    khr = KernelPolicy(props, matmul_f16_cm2_b="transposed", matmul_f16_path="khr")
+    assert not khr.matmul_f16_b_transposed("f16")
+    assert khr.matmul_f16_plan(256, 256, 256)[0].spv.startswith("matmul_coop.khr")
+    with pytest.raises(ValueError, match=r"matmul_f16_cm2_b must be None \(automatic\), 'rows' or 'transposed', got 'cols'"):
+        KernelPolicy(props, matmul_f16_cm2_b="cols")
+
+
 def test_with_both_paths_the_measured_order_decides():
     props = _props([CM2_FEATURES], flex=[_flex("f16", 256)])
     pol = KernelPolicy(props)
@@ -155,10 +183,14 @@ def test_coop2_shaders_declare_what_the_policy_checks():
 
     checked = {key for key, _ in KernelPolicy._CM2_FEATURES} | {"float16"}
     for dtype, extra in (("f16", set()), ("bf16", {key for key, _ in KernelPolicy._BF16_FEATURES})):
-        info = reflect(load_spirv(f"matmul_coop2.{dtype}.spv"))
-        needed = {key for key, _ in info.required_features()}
-        assert needed <= checked | extra, f"{dtype}: unchecked {needed - checked - extra}"
-        assert [s.spec_id for s in sorted(info.spec_constants.values(), key=lambda s: s.spec_id)] == list(range(8))
+        for name in (f"matmul_coop2.{dtype}.spv", f"matmul_coop2.{dtype}.bt.spv"):
+            info = reflect(load_spirv(name))
+            needed = {key for key, _ in info.required_features()}
+            assert needed <= checked | extra, f"{name}: unchecked {needed - checked - extra}"
+            assert [s.spec_id for s in sorted(info.spec_constants.values(), key=lambda s: s.spec_id)] == list(range(8))
+    # the transpose pass before the *.bt kernels needs nothing the coopmat2 path has not checked
+    needed = {key for key, _ in reflect(load_spirv("transpose16.spv")).required_features()}
+    assert needed <= checked, f"transpose16.spv: unchecked {needed - checked}"
 
 
 # -- bf16 numbers -----------------------------------------------------------------------------------
@@ -256,6 +288,74 @@ def test_matmul_bf16_kernel_matches_float64(tile):
             ref = bf16_values(a).reshape(m, k) @ bf16_values(b).reshape(k, n)
             err = nmse(out.reshape(m, n), ref)
             assert err < 1e-10, f"matmul_bf16 {tile} {m}x{n}x{k}: NMSE {err:.2e}"
+
+
+@needs_device
+@pytest.mark.parametrize("rows,cols", [(1, 1), (1, 77), (77, 1), (32, 32), (33, 65), (100, 37), (64, 300)])
+def test_the_transpose_pass_moves_every_16bit_element_and_writes_nothing_past_b_transposed(rows, cols):
+    """shaders/transpose16.comp (the pass before the coopmat2 kernel that reads B transposed) on
+    this device: every 16-bit pattern lands at its transposed place, whole and partial tiles, and
+    the guard words after the output keep their value."""
+    from kbench.backend import VulkanBackend
+
+    rng = np.random.default_rng(rows * 1000 + cols)
+    src = rng.integers(0, 1 << 16, rows * cols, dtype=np.uint16)
+    guard = 64
+    with VulkanBackend() as be:
+        hs, hd = be.allocate(src.nbytes), be.allocate(src.nbytes + 2 * guard)
+        try:
+            be.copy_to_device(src, hs)
+            be.copy_to_device(np.full(rows * cols + guard, 0xA5A5, np.uint16), hd)
+            be._transpose16(hs.id, hd.id, rows, cols)  # noqa: SLF001 - the pass alone
+            got = np.empty(rows * cols + guard, np.uint16)
+            be.copy_from_device(hd, got)
+        finally:
+            be.free(hs)
+            be.free(hd)
+    want = src.reshape(rows, cols).T.ravel()
+    wrong = np.flatnonzero(got[:rows * cols] != want)
+    assert wrong.size == 0, (f"{rows}x{cols}: {wrong.size} elements misplaced, first at {wrong[0]}: "
+                             f"expected {want[wrong[0]]:#06x}, got {got[wrong[0]]:#06x}")
+    assert (got[rows * cols:] == 0xA5A5).all(), f"{rows}x{cols}: the pass wrote past its {rows * cols} elements"
+
+
+@needs_device
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_the_coopmat2_kernel_reading_b_transposed_matches_float64(dtype):
+    """matmul_f16 / matmul_bf16 with the transpose pass and the *.bt kernel, against float64 and
+    beside the kernel reading B as given, on aligned and ragged shapes (devices with coopmat2)."""
+    from kbench.backend import VulkanBackend
+    from kbench.cases.matmul_f16 import bf16_bits, bf16_values
+
+    rng = np.random.default_rng(9)
+    with VulkanBackend(matmul_f16_path="coopmat2", matmul_f16_cm2_b="transposed") as be:
+        why = be._policy.matmul_f16_cm2_unsupported(dtype)  # noqa: SLF001
+        if why:
+            pytest.skip(f"no coopmat2 {dtype} kernel here: {why}")
+        op = be.matmul_f16 if dtype == "f16" else be.matmul_bf16
+        for m, n, k in [(256, 512, 256), (333, 517, 259), (1, 9, 17)]:
+            x, y = rng.uniform(-1, 1, m * k).astype(np.float32), rng.uniform(-1, 1, k * n).astype(np.float32)
+            if dtype == "f16":
+                a, b = x.astype(np.float16), y.astype(np.float16)
+                va, vb = a.astype(np.float64), b.astype(np.float64)
+            else:
+                a, b = bf16_bits(x), bf16_bits(y)
+                va, vb = bf16_values(a), bf16_values(b)
+            ha, hb, ho = be.allocate(a.nbytes), be.allocate(b.nbytes), be.allocate(4 * m * n)
+            try:
+                be.copy_to_device(a, ha)
+                be.copy_to_device(b, hb)
+                op(ha, hb, ho, m, n, k)
+                out = np.empty(m * n, np.float32)
+                be.copy_from_device(ho, out)
+                after = np.empty(b.size, b.dtype)
+                be.copy_from_device(hb, after)
+            finally:
+                for h in (ha, hb, ho):
+                    be.free(h)
+            err = nmse(out.reshape(m, n), va.reshape(m, k) @ vb.reshape(k, n))
+            assert err < 1e-10, f"matmul_{dtype} with B transposed {m}x{n}x{k}: NMSE {err:.2e}"
+            assert (after == b).all(), "the transpose pass changed B itself"
 
 
 # -- runtime: structs the bindings lack ------------------------------------------------------------------
@@ -356,8 +456,9 @@ def test_the_probe_takes_cooperative_matrix_variants_from_the_command_line():
     from kbench.probes.matmul import parse_coop_variant
 
     assert parse_coop_variant("cm2:128x256x64x256x8x4") == ("coopmat2", (128, 256, 64, 256, 8, 4))
+    assert parse_coop_variant("cm2t:128x256x32x256x8x16") == ("coopmat2-bt", (128, 256, 32, 256, 8, 16))
     assert parse_coop_variant("khr:2x4x4x2x32x8") == ("khr", (2, 4, 4, 2, 32, 8))
-    with pytest.raises(argparse.ArgumentTypeError, match=r"must start with cm2: or khr:"):
+    with pytest.raises(argparse.ArgumentTypeError, match=r"must start with cm2:, cm2t: or khr:"):
         parse_coop_variant("nv:1x2x3x4x5x6")
     with pytest.raises(argparse.ArgumentTypeError, match=r"needs 6 numbers \(BMxBNxBKxTHREADSxGROUP_MxUNROLL\)"):
         parse_coop_variant("cm2:128x256")

@@ -48,6 +48,7 @@ PUSH_QMATMUL_COOP = _push(("n_rows", "u"), ("n_cols", "u"), ("bps", "u"), ("kp8"
 PUSH_QMATMUL_COOP_X = _push(("n_cols", "u"), ("kp8", "u"), ("nv", "u"), ("scales_at", "u"), ("sums_at", "u"))
 PUSH_QMATMUL_COOP_SUM = _push(("n", "u"), ("splits", "u"))
 PUSH_COPY = _push(("src_off", "u"), ("dst_off", "u"), ("count", "u"))
+PUSH_TRANSPOSE = _push(("rows", "u"), ("cols", "u"))
 
 #: quantized_matmul weight formats with a Vulkan kernel (qmatvec.<name>.*.spv)
 QMATVEC_DTYPES: Mapping[DType, str] = {
@@ -273,7 +274,8 @@ class KernelPolicy:
     32-invocation patch of matmul.comp, 0 = row-major; None: :meth:`matmul`'s rule), ``matmul_f16_tile`` = (WG_M, WG_N, SG_M, SG_N,
     BK[, GROUP_M]) (see :meth:`matmul` / :meth:`matmul_f16`), ``matmul_f16_cm2_tile`` = (BM, BN, BK,
     THREADS[, GROUP_M[, UNROLL]]) and ``matmul_f16_path`` (None: automatic, "coopmat2" or "khr"; see
-    :meth:`matmul_f16_plan`), ``single_group_limit`` (largest softmax/rms_norm
+    :meth:`matmul_f16_plan`), ``matmul_f16_cm2_b`` (how the coopmat2 kernel reads B: None automatic,
+    "rows" as given, "transposed" after a transpose pass; see :meth:`matmul_f16_b_transposed`), ``single_group_limit`` (largest softmax/rms_norm
     size done by one workgroup), ``grid_limit`` (cap on the grid's x dimension, below the
     device's maxComputeWorkGroupCount[0]; exercises the spread-over-y path in tests).
     """
@@ -283,7 +285,7 @@ class KernelPolicy:
                  single_group_limit: int = 8192, grid_limit: int | None = None,
                  matmul_f16_tile: tuple[int, ...] | None = None, matmul_warp_n: int | None = None,
                  matmul_f16_cm2_tile: tuple[int, ...] | None = None,
-                 matmul_f16_path: str | None = None):
+                 matmul_f16_path: str | None = None, matmul_f16_cm2_b: str | None = None):
         self.props = props
         feats = props.get("features", {})
         self.max_invocations = int(props["max_work_group_invocations"])
@@ -320,6 +322,9 @@ class KernelPolicy:
             raise ValueError(f"matmul_f16_path must be None (automatic), 'coopmat2' or 'khr', got {matmul_f16_path!r}")
         self.matmul_f16_path_option = matmul_f16_path
         self.matmul_f16_cm2_tile_option = self._check_cm2_tile(matmul_f16_cm2_tile)
+        if matmul_f16_cm2_b not in (None,) + self.MATMUL_CM2_B_LAYOUTS:
+            raise ValueError(f"matmul_f16_cm2_b must be None (automatic), 'rows' or 'transposed', got {matmul_f16_cm2_b!r}")
+        self.matmul_f16_cm2_b = matmul_f16_cm2_b or self.MATMUL_CM2_B
         # the ops ask for the same few kernels over and over: memoize per instance
         for name in ("elementwise", "copy", "reduction", "reduction_plan", "matmul", "matmul_f16", "matmul_f16_cm2_tile", "rope", "attn_score",
                      "attn_value", "attn_combine", "attention", "qmatvec", "qmatvec_xq", "grid_1d"):
@@ -545,6 +550,13 @@ class KernelPolicy:
                         (256, 128, 64, 256), (64, 64, 32, 128), (64, 64, 16, 64), (32, 32, 16, 32))
     MATMUL_CM2_GROUP_M = 8
     MATMUL_CM2_UNROLL = 16
+    #: how matmul_coop2.comp reads B: "rows" (B as given, k rows of n) or "transposed" (a transpose pass
+    #: first, shaders/transpose16.comp, then the *.bt variant reads both operands along k, as ggml's
+    #: coopmat2 matmul does); "rows" until the transposed order is measured faster with its pass included
+    MATMUL_CM2_B = "rows"
+    MATMUL_CM2_B_LAYOUTS = ("rows", "transposed")
+    #: the transpose pass's square tile (shaders/transpose16.comp)
+    TRANSPOSE_TILE = 32
     #: the order in which matmul_f16_path takes the paths a device has: coopmat2 first, with its
     #: slice loop unrolled 16 times it is the faster on the one device with both (docs/kernel-choices.md)
     MATMUL_F16_PATHS = ("coopmat2", "khr")
@@ -652,7 +664,8 @@ class KernelPolicy:
             bm, bn, bk, threads, group, unroll = self.matmul_f16_cm2_tile(dtype)
             clamp = int(bool(m % bm or n % bn or k % bk))
             vec = int(self.matmul_f16_vec(n, k))
-            kernel = Kernel(f"matmul_coop2.{dtype}.spv", (threads, bm, bn, bk, group, clamp, unroll, vec), PUSH_MATMUL)
+            bt = ".bt" if self.matmul_f16_cm2_b == "transposed" else ""
+            kernel = Kernel(f"matmul_coop2.{dtype}{bt}.spv", (threads, bm, bn, bk, group, clamp, unroll, vec), PUSH_MATMUL)
             return kernel, self._block_grid("matmul_f16", m, n, bm, bn)
         if path == "khr":
             return self.matmul_f16(self.matmul_f16_vec(n, k), dtype=dtype), self.matmul_f16_grid(m, n)
@@ -664,6 +677,20 @@ class KernelPolicy:
         from kbench.runtime import UnsupportedFeatureError
 
         raise UnsupportedFeatureError(f"matmul_{dtype}: {why}", "cooperative_matrix")
+
+    def matmul_f16_b_transposed(self, dtype: str = "f16") -> bool:
+        """Whether :meth:`matmul_f16_plan`'s kernel reads B transposed (B^T, n rows of k), written
+        first by :meth:`transpose16`: the coopmat2 path with ``matmul_f16_cm2_b`` "transposed"."""
+        return (not self.coop_emulate and self.matmul_f16_cm2_b == "transposed"
+                and self.matmul_f16_path(dtype) == "coopmat2")
+
+    def transpose16(self, rows: int, cols: int) -> tuple[Kernel, tuple[int, int, int]]:
+        """(kernel, grid) of shaders/transpose16.comp for a rows x cols matrix of 16-bit elements;
+        its push record is (rows, cols)."""
+        if rows * cols >= 1 << 32:
+            raise ValueError(f"transpose16: {rows} x {cols} elements are beyond the kernel's 32-bit indices")
+        t = self.TRANSPOSE_TILE
+        return Kernel("transpose16.spv", (), PUSH_TRANSPOSE), self._block_grid("transpose16", rows, cols, t, t)
 
     def _pick_matmul_f16_tile(self, tile) -> tuple[int, ...] | None:
         if tile is None:

@@ -117,7 +117,8 @@ class VulkanBackend(ComputeBackend):
     policy's), ``matmul_f16_tile`` ((WG_M, WG_N, SG_M, SG_N, BK[, GROUP_M]),
     the KHR cooperative-matrix :meth:`matmul_f16`), ``matmul_f16_cm2_tile`` ((BM, BN, BK, THREADS[, GROUP_M[, UNROLL]]),
     its VK_NV_cooperative_matrix2 kernel), ``matmul_f16_path`` (None: KernelPolicy.MATMUL_F16_PATHS' order
-    among the paths the device has; "coopmat2" or "khr" forces one), ``single_group_limit`` (softmax/rms_norm sizes done by one
+    among the paths the device has; "coopmat2" or "khr" forces one), ``matmul_f16_cm2_b`` (None: the policy's;
+    "rows" or "transposed": whether the coopmat2 kernel reads B after a transpose pass), ``single_group_limit`` (softmax/rms_norm sizes done by one
     workgroup), ``grid_limit`` (cap on the grid's x dimension; for tests of large grids),
     ``validation`` (Khronos validation layer), ``qmatvec`` (quantized_matmul kernel knobs, e.g.
     ``{"kernel": "fast", "lanes": 32, "rows": 4}``: see KernelPolicy.configure_qmatvec),
@@ -138,7 +139,8 @@ class VulkanBackend(ComputeBackend):
                  qmatvec: dict[str, Any] | None = None, attention_chunk: int | None = None,
                  matmul_warp_n: int | None = None,
                  attention: dict[str, Any] | None = None,
-                 matmul_f16_cm2_tile: tuple[int, ...] | None = None, matmul_f16_path: str | None = None) -> None:
+                 matmul_f16_cm2_tile: tuple[int, ...] | None = None, matmul_f16_path: str | None = None,
+                 matmul_f16_cm2_b: str | None = None) -> None:
         for name, value, lo in (("batch_ops", batch_ops, 1), ("ring_size", ring_size, 1),
                                 ("algorithm_cache_size", algorithm_cache_size, 16),
                                 ("single_group_limit", single_group_limit, 1)):
@@ -156,7 +158,8 @@ class VulkanBackend(ComputeBackend):
                                         matmul_tile=matmul_tile, single_group_limit=single_group_limit,
                                         grid_limit=grid_limit, matmul_f16_tile=matmul_f16_tile,
                                         matmul_warp_n=matmul_warp_n,
-                                        matmul_f16_cm2_tile=matmul_f16_cm2_tile, matmul_f16_path=matmul_f16_path)
+                                        matmul_f16_cm2_tile=matmul_f16_cm2_tile, matmul_f16_path=matmul_f16_path,
+                                        matmul_f16_cm2_b=matmul_f16_cm2_b)
             if qmatvec:  # quantized_matmul kernel knobs: KernelPolicy.configure_qmatvec
                 self._policy.configure_qmatvec(qmatvec)
             if attention:  # fused attention kernel knobs: KernelPolicy.configure_attention
@@ -309,8 +312,19 @@ class VulkanBackend(ComputeBackend):
 
     def _matmul_f16(self, a: BufferHandle, b: BufferHandle, out: BufferHandle, m: int, n: int, k: int,
                     dtype: str = "f16") -> None:
-        kernel, grid = self._policy.matmul_f16_plan(m, n, k, dtype)  # UnsupportedFeatureError first
-        self._dispatch(kernel, (a.id, b.id, out.id), grid, kernel.push_record(m, n, k))
+        pol = self._policy
+        kernel, grid = pol.matmul_f16_plan(m, n, k, dtype)  # UnsupportedFeatureError first
+        b_key = b.id
+        if pol.matmul_f16_b_transposed(dtype):
+            b_key = self._scratch(2 * n * k, "matmul_f16_bt")
+            self._transpose16(b.id, b_key, k, n)
+        self._dispatch(kernel, (a.id, b_key, out.id), grid, kernel.push_record(m, n, k))
+
+    def _transpose16(self, src: int, dst: int, rows: int, cols: int) -> None:
+        """Write the transpose of the rows x cols matrix of 16-bit elements in buffer ``src`` to
+        buffer ``dst`` (cols rows of rows elements; shaders/transpose16.comp)."""
+        kernel, grid = self._policy.transpose16(rows, cols)
+        self._dispatch(kernel, (src, dst), grid, kernel.push_record(rows, cols))
 
     def _softmax(self, input: BufferHandle, output: BufferHandle, size: int) -> None:
         self._reduce_op("softmax", (input.id,), output.id, size, ())

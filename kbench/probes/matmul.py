@@ -24,7 +24,9 @@ same run (--fp32-only: no fp16 or bf16 part).  The H200's driver takes about 6 s
 variant's pipeline (over a minute for the 128-accumulator tiles, listed last).  fp16 variants are matmul_f16_tile = (WG_M, WG_N, SG_M, SG_N, BK, GROUP_M); spec
 constants of matmul_coop.khr.spv: (invocations, WG_M, WG_N, SG_M, SG_N, BK, VEC, STAGES, GROUP_M).
 coopmat2 variants ("cm2 ...") are matmul_f16_cm2_tile = (BM, BN, BK, THREADS, GROUP_M, UNROLL);
-each is also run once on a shape that is not a multiple of its tile (the clamped loads and clipped
+"cm2t ..." the same kernel reading B transposed (matmul_f16_cm2_b="transposed": a transpose pass of B,
+timed with the product, then both operands read along k; the note gives the pass's own time).
+Each is also run once on a shape that is not a multiple of its tile (the clamped loads and clipped
 stores), whose NMSE over the whole output is the note "edge NMSE".  bf16 inputs are float32 values rounded to
 bfloat16 (kbench.quant), the reference the float64 product of those exact values.
 """
@@ -249,15 +251,16 @@ class Probe:
             be.copy_to_device(a, ha)
             be.copy_to_device(b, hb)
             for path, tile in variants:
-                name = ("cm2 " if path == "coopmat2" else "khr ") + "x".join(map(str, tile))
+                name = COOP_PREFIX[path] + " " + "x".join(map(str, tile))
                 if self.emulate_coop:
                     name += " (emulated)"
                 if self.late():
                     self.record(kind, size, name, None, float("nan"), "skipped: time budget")
                     continue
                 try:
-                    if path == "coopmat2":
-                        pol = self.use(matmul_f16_path="coopmat2", matmul_f16_cm2_tile=tile)
+                    if path in ("coopmat2", "coopmat2-bt"):
+                        pol = self.use(matmul_f16_path="coopmat2", matmul_f16_cm2_tile=tile,
+                                       matmul_f16_cm2_b="transposed" if path == "coopmat2-bt" else "rows")
                     else:
                         pol = self.use(matmul_f16_path="khr", matmul_f16_tile=tile)
                     pol.matmul_f16_plan(m, n, k, dtype)
@@ -269,6 +272,8 @@ class Probe:
                     ns = self.time_op(lambda: op(ha, hb, ho, m, n, k))
                     err = nmse(self.sample_rows(ho, m, n, rows), ref)
                     note = f"stages={pol.matmul_f16_stages}" if path == "khr" else ""
+                    if pol.matmul_f16_b_transposed(dtype):
+                        note += f" transpose of B {self.transpose_us(hb, k, n):.1f} us"
                     if self.edge_check and not self.late():
                         note += f" edge NMSE {self.edge_nmse(op, dtype):.1e}"
                 except Exception as exc:  # noqa: BLE001 - report and go on to the next variant
@@ -278,6 +283,16 @@ class Probe:
         finally:
             for h in (ha, hb, ho):
                 be.free(h)
+
+    def transpose_us(self, hb, rows: int, cols: int) -> float:
+        """GPU time of the transpose pass alone on B (rows x cols 16-bit elements), in us."""
+        be = self.be
+        ht = be.allocate(2 * rows * cols)
+        try:
+            ns = self.time_op(lambda: be._transpose16(hb.id, ht.id, rows, cols))  # noqa: SLF001 - the pass alone
+        finally:
+            be.free(ht)
+        return ns / 1e3 if ns else float("nan")
 
     def edge_nmse(self, op, dtype: str) -> float:
         """NMSE of the current variant over the whole output of EDGE_SIZE (not a multiple of any tile)."""
@@ -373,13 +388,19 @@ def parse_fp32_variant(text: str) -> tuple:
     return (parts, warp_n, " ".join(flags)) if flags else (parts, warp_n)
 
 
+#: a cooperative-matrix variant's path -> the prefix of its name (and of --coop-variant)
+COOP_PREFIX = {"coopmat2": "cm2", "coopmat2-bt": "cm2t", "khr": "khr"}
+
+
 def parse_coop_variant(text: str) -> tuple[str, tuple[int, ...]]:
-    """"cm2:128x256x64x256x8x1" -> ("coopmat2", (128, 256, 64, 256, 8, 1)); "khr:2x4x4x2x32x8" ->
-    ("khr", (2, 4, 4, 2, 32, 8)): a cooperative-matrix variant for --coop-variant."""
+    """"cm2:128x256x64x256x8x1" -> ("coopmat2", (128, 256, 64, 256, 8, 1)); "cm2t:..." ->
+    ("coopmat2-bt", ...) (B transposed first); "khr:2x4x4x2x32x8" -> ("khr", (2, 4, 4, 2, 32, 8)):
+    a cooperative-matrix variant for --coop-variant."""
     path, _, tile = text.partition(":")
-    want = {"cm2": ("coopmat2", 6, "BMxBNxBKxTHREADSxGROUP_MxUNROLL"), "khr": ("khr", 6, "WG_MxWG_NxSG_MxSG_NxBKxGROUP_M")}
+    cm2 = "BMxBNxBKxTHREADSxGROUP_MxUNROLL"
+    want = {"cm2": ("coopmat2", 6, cm2), "cm2t": ("coopmat2-bt", 6, cm2), "khr": ("khr", 6, "WG_MxWG_NxSG_MxSG_NxBKxGROUP_M")}
     if path not in want:
-        raise argparse.ArgumentTypeError(f"coop variant {text!r} must start with cm2: or khr:")
+        raise argparse.ArgumentTypeError(f"coop variant {text!r} must start with cm2:, cm2t: or khr:")
     name, count, shape = want[path]
     try:
         parts = tuple(int(v) for v in tile.split("x"))
@@ -459,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
                     metavar="BMxBNxBKxTMxTNxGROUP_M[:wWARP_N[:FLAG...]]",
                     type=parse_fp32_variant, help="fp32 variants to run in place of the built-in list (repeat)")
     ap.add_argument("--coop-variant", action="append", default=[], type=parse_coop_variant,
-                    metavar="cm2:BMxBNxBKxTHREADSxGROUP_MxUNROLL|khr:WG_MxWG_NxSG_MxSG_NxBKxGROUP_M",
+                    metavar="cm2[t]:BMxBNxBKxTHREADSxGROUP_MxUNROLL|khr:WG_MxWG_NxSG_MxSG_NxBKxGROUP_M",
                     help="fp16/bf16 variants to run in place of the built-in lists (repeat)")
     ap.add_argument("--sizes", type=parse_sizes, default=None, metavar="M,N,K[;M,N,K...]",
                     help="sizes in place of 4096^3 and 8192^3")
@@ -521,9 +542,11 @@ def main(argv: list[str] | None = None) -> int:
             # (the same matrix units) takes the first few coopmat2 tiles only, to save time
             tiles = cm2_tiles if dtype == "f16" else cm2_tiles[:BF16_CM2_TILES]
             khr = khr_tiles if dtype == "f16" else khr_tiles[:1]
-            variants = [("khr", t) for t in khr] + ([] if emulate else [("coopmat2", t) for t in tiles])
+            # the first tile once more with B transposed first (as ggml's coopmat2 matmul reads it)
+            cm2 = [("coopmat2", t) for t in tiles] + [("coopmat2-bt", t) for t in tiles[:1]]
+            variants = [("khr", t) for t in khr] + ([] if emulate else cm2)
             if args.coop_variant:
-                variants = [v for v in args.coop_variant if not (emulate and v[0] == "coopmat2")]
+                variants = [v for v in args.coop_variant if not (emulate and v[0] != "khr")]
             for size in sizes:
                 probe.coop(dtype, size, variants, rng)
         rows += probe.rows
