@@ -61,6 +61,9 @@
 #      reading B transposed after a transpose pass; default: the automatic 128x256x32 on 256 invocations unrolled 16
 #      times, it and ggml's 128x256x64 reading B transposed, a shallower slice unrolled deeper, other row-group
 #      sweeps, deeper unrolls, 128-invocation and 256x128 tiles) beside torch's fp16 matmul; about three minutes
+# ggml8: 8 vectors of Q4_0 / Q8_0 / Q4_K / Q6_K re-reading one matrix (the bench's rotate_mib=0,n_vecs=8 rows, --full)
+#        beside torch's fp16 mm, then beside ggml's full-feature build with kbench's and ggml's fp16 matmul at
+#        4096^3 and 8192^3; carry also ["third_party/ggml-carry"] (as round3); about 5 minutes
 # Writes result runs and logs under $OUT (at most 8 files come back); with several parts named, each part's under
 # $OUT/<part>/.
 set -u
@@ -238,8 +241,23 @@ elif [ "$what" = cm2 ]; then
       cm2:128x256x32x256x8x32 cm2:128x128x32x128x8x16 cm2:256x128x32x256x8x16 cm2:128x128x64x256x8x8}; do
     v+=(--coop-variant "$t")
   done
+  # the coopmat2 tests on the device's real matrices first (B as given and transposed, against float64)
+  KBENCH_VALIDATION=0 timeout 90 python3 -m pytest tests/test_matmul_coop2.py -q -rs -p no:cacheprovider > "$out/tests-cm2.log" 2>&1
+  tail -2 "$out/tests-cm2.log"
   timeout ${CM2_S:-230} python3 -m kbench.probes matmul --kinds fp16 --budget 200 "${v[@]}" > "$out/probe_matmul_cm2.log" 2>&1
   grep -v "^#\|flexible\|^  16" "$out/probe_matmul_cm2.log" | tail -24
+elif [ "$what" = ggml8 ]; then
+  # 8 vectors re-reading one matrix beside torch, then beside ggml's full-feature build with its fp16 matmul
+  mkdir -p "$out/b"
+  gpu_txt
+  timeout ${BATCH_S:-150} python3 -m kbench bench --full --peer torch --quiet --out "$out/b" -k "rotate_mib=0,n_vecs=8" \
+    > "$out/bench-vecs8.log" 2>&1
+  tail -4 "$out/bench-vecs8.log"
+  ggml_binary third_party/ggml-carry
+  timeout ${GGML_S:-240} python3 -m kbench bench --full --peer ggml --ggml-bin "$bin" --quiet --out "$out/b" \
+    -k "rotate_mib=0,n_vecs=8" -k "matmul_f16[m=4096" -k "matmul_f16[m=8192" > "$out/ggml-bench.log" 2>&1
+  tail -8 "$out/ggml-bench.log"
+  tar czf "$out/runs.tgz" -C "$out" b && rm -rf "$out/b"
 elif [ "$what" = kquants ]; then
   gpu_txt
   # shellcheck disable=SC2086

@@ -286,7 +286,12 @@ def test_quantized_matmul_batches_are_declared_for_the_main_weight_types_only_an
     case = get_case("quantized_matmul")
     full = [i.params for i in case.instances("bench", sizes="full") if i.params.get("n_vecs")]
     assert {p["dtype"] for p in full} == set(QMATMUL_MAIN_DTYPES), "omit: no batch of the other weight types"
-    assert {p["n_vecs"] for p in full} == {2, 4, 8} and len(full) == 3 * 2 * len(QMATMUL_MAIN_DTYPES), full
+    assert {p["n_vecs"] for p in full} == {2, 4, 8}, full
+    # cold (rotating copies) at 2, 4 and 8 vectors, and 8 re-reading one matrix for the ggml peer
+    rotated = [p for p in full if p["rotate_mib"]]
+    assert len(rotated) == 3 * 2 * len(QMATMUL_MAIN_DTYPES), rotated
+    reread = [p for p in full if not p["rotate_mib"]]
+    assert {p["n_vecs"] for p in reread} == {8} and len(reread) == 2 * len(QMATMUL_MAIN_DTYPES), reread
     assert not any(i.params.get("n_vecs") for i in case.instances("bench")), "batches run only with --full"
     p = full[0]
     assert case.flops(p) == 2 * p["n_vecs"] * p["n_rows"] * p["n_cols"]

@@ -70,6 +70,13 @@ def test_ggml_rows_go_to_the_instances_that_re_read_one_matrix_as_ggml_does():
     assert hot.case_id not in default, "the re-read instances are for --full (the ggml comparison), not the main job"
     small = _inst("quantized_matmul", n_rows=1024, n_cols=4096, dtype="Q4_0")
     assert gg.test_line(small.case.name, small.params, small.case_id) is not None
+    # 8 vectors re-reading one matrix: ggml's MUL_MAT with 8 columns of x (n = 8), src1 8 rows of k floats
+    batch = _inst("quantized_matmul", sizes="full", n_rows=4096, n_cols=14336, dtype="Q6_K", rotate_mib=0, n_vecs=8)
+    words = gg.test_line(batch.case.name, batch.params, batch.case_id).split()
+    assert words[2:4] == ["4096", "8"], f"output ne of 4096 x 8 expected, got {words[2:4]}"
+    src1 = words[-10:-1]  # type, ne0..3, nb0..3
+    assert src1[:3] == ["0", "14336", "8"], f"an F32 src1 of 8 rows of 14336 expected, got {src1}"
+    assert batch.case_id not in default
 
 
 def test_matrix_products_map_to_mul_mat_with_their_first_operand_type():

@@ -295,12 +295,14 @@ QUANTIZED_MATMUL = Case(
     # (the model shapes rotate through >= 256 MiB of weight copies: cold L2, as in a model's layers); with
     # --full also the same shapes re-reading one matrix (rotate_mib=0), the way ggml's perf mode times them,
     # so that the ggml peer has a like-for-like row (a 33 MB matrix may stay in a 50 MB L2)
-    # and (--full, the main weight types) batches of 2, 4 and 8 vectors at the model shapes: a small-batch decode
+    # and (--full, the main weight types) batches of 2, 4 and 8 vectors at the model shapes: a small-batch decode,
     bench_sizes=({"n_rows": 1024, "n_cols": 4096}, {"n_rows": 4096, "n_cols": 14336, "rotate_mib": 256},
                  {"n_rows": 14336, "n_cols": 4096, "rotate_mib": 256},
                  {"n_rows": 4096, "n_cols": 14336, "rotate_mib": 0}, {"n_rows": 14336, "n_cols": 4096, "rotate_mib": 0})
     + tuple({"n_rows": r, "n_cols": c, "rotate_mib": 256, "n_vecs": nv}
-            for nv in (2, 4, 8) for r, c in ((4096, 14336), (14336, 4096))),
+            for nv in (2, 4, 8) for r, c in ((4096, 14336), (14336, 4096)))
+    # (--full) 8 vectors re-reading one matrix: the ggml peer's like-for-like row for a small-batch decode
+    + tuple({"n_rows": r, "n_cols": c, "rotate_mib": 0, "n_vecs": 8} for r, c in ((4096, 14336), (14336, 4096))),
     axes={"dtype": QMATMUL_DTYPES},
     full_only=lambda p: "rotate_mib" in p and (not p["rotate_mib"] or p["dtype"] not in QMATMUL_MAIN_DTYPES
                                                or _qmm_vecs(p) > 1),
