@@ -1,7 +1,8 @@
 """Issue 20's targets as ratios from the runs of one device session, as the Markdown table of the
 README's performance-round section: kbench beside torch (`kbench bench --peer torch`; batches of vectors
 with `--full -k n_vecs=`), beside ggml
-where both re-read one weight matrix (`kbench bench --full --peer ggml -k rotate_mib=0`), and the
+where both re-read one weight matrix (`kbench bench --full --peer ggml -k rotate_mib=0`; 8 vectors with
+`-k rotate_mib=0,n_vecs=8`), and the
 quantized kernels against the read floor of the same weight bytes (`kbench probe read_floor`).
 
     python scripts/issue20_targets.py results/nvidia-h200/20261205T13*.jsonl \\
@@ -95,22 +96,26 @@ def quantized_rows(runs: dict, floor: dict[str, float]) -> list[str]:
 
 
 def batch_rows(runs: dict) -> list[str]:
-    """Batches of 2, 4, 8 vectors (`kbench bench --full --peer torch -k n_vecs=`): kbench against the torch peer."""
-    kb, pt = runs.get("kbench", {}), runs.get("torch-cuda", {})
+    """Batches of 2, 4, 8 vectors (`kbench bench --full --peer torch -k n_vecs=`): kbench against the torch
+    peer, rotating 256 MiB of weight copies; then 8 vectors re-reading one matrix (`-k rotate_mib=0,n_vecs=8`),
+    against torch and ggml (`--peer ggml`)."""
+    kb, pt, gg = runs.get("kbench", {}), runs.get("torch-cuda", {}), runs.get("ggml", {})
     rows = []
-    for d in QDTYPES:
-        for rows_, cols in SHAPES:
-            for nv in (2, 4, 8):
-                cid = f"quantized_matmul[n_rows={rows_},n_cols={cols},rotate_mib=256,n_vecs={nv},dtype={d}]"
-                r = kb.get(cid)
-                if r is None:
-                    continue
-                cells = [f"{d} {rows_}x{cols} x{nv}", timed_weights(r, rows_, cols, nv)]
-                p = pt.get(cid)
-                cells.append(f"torch {spread(p)}: {'beaten' if us(r) < us(p) else '**not beaten**'} "
-                             f"({us(p) / us(r):.2f}x)" if p else "no torch record")
-                cells.append(clock_note(r))
-                rows.append("| " + " | ".join(cells) + " |")
+    for rotate, counts in ((256, (2, 4, 8)), (0, (8,))):
+        for d in QDTYPES:
+            for rows_, cols in SHAPES:
+                for nv in counts:
+                    cid = f"quantized_matmul[n_rows={rows_},n_cols={cols},rotate_mib={rotate},n_vecs={nv},dtype={d}]"
+                    r = kb.get(cid)
+                    if r is None:
+                        continue
+                    cells = [f"{d} {rows_}x{cols} x{nv}" + ("" if rotate else " re-read"), timed_weights(r, rows_, cols, nv)]
+                    p, g = pt.get(cid), gg.get(cid)
+                    cells.append(f"torch {spread(p)}: {'beaten' if us(r) < us(p) else '**not beaten**'} "
+                                 f"({us(p) / us(r):.2f}x)" if p else "no torch record")
+                    cells.append(f"ggml {spread(g)} ({us(g) / us(r):.2f}x)" if g else "")
+                    cells.append(clock_note(r))
+                    rows.append("| " + " | ".join(cells) + " |")
     return rows
 
 
@@ -150,9 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     print()
     batches = batch_rows(runs)
     if batches:
-        print("| quantized_matmul, a batch of vectors | kbench, rotating 256 MiB of copies | torch peer (fp32 mm of the "
-              "dequantized weights) | clock |")
-        print("|---|---|---|---|")
+        print("| quantized_matmul, a batch of vectors | kbench (rotating 256 MiB of copies; re-read: one matrix) | torch "
+              "peer (fp32 mm of the dequantized weights) | ggml (re-read) | clock |")
+        print("|---|---|---|---|---|")
         print("\n".join(batches))
         print()
     print("| matrix product | kbench | torch | ggml | clock |")

@@ -64,3 +64,17 @@ def test_batches_of_vectors_are_paired_with_the_torch_peer_and_count_only_weight
     assert "66.2 us" in row and "500 GB/s of weights" in row, row
     assert "torch 50.0 us [49.5-51.0]: **not beaten** (0.76x)" in row, row
 
+
+
+def test_eight_vectors_re_reading_one_matrix_are_paired_with_torch_and_ggml(tmp_path, capsys):
+    cid = "quantized_matmul[n_rows=4096,n_cols=14336,rotate_mib=0,n_vecs=8,dtype=Q4_K]"
+    kb = tmp_path / "a.jsonl"
+    kb.write_text(json.dumps(_rec(cid, "kbench", 60000.0, bytes=33103872 + 4 * 8 * (14336 + 4096))))
+    pt = tmp_path / "a-torch-cuda.jsonl"
+    pt.write_text(json.dumps(_rec(cid, "torch-cuda", 48000.0)))
+    gg = tmp_path / "b-ggml.jsonl"
+    gg.write_text(json.dumps(_rec(cid, "ggml-vulkan@d99724f+coopmat2", 90000.0)))
+    assert _script().main([str(kb), str(pt), str(gg)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| Q4_K 4096x14336 x8 re-read"))
+    assert "torch 48.0 us [47.5-49.0]: **not beaten** (0.80x)" in row, row
+    assert "ggml 90.0 us [89.1-91.8] (1.50x)" in row, row
