@@ -61,9 +61,9 @@
 #      reading B transposed after a transpose pass; default: the automatic 128x256x32 on 256 invocations unrolled 16
 #      times, it and ggml's 128x256x64 reading B transposed, a shallower slice unrolled deeper, other row-group
 #      sweeps, deeper unrolls, 128-invocation and 256x128 tiles) beside torch's fp16 matmul; about three minutes
-# ggml8: 8 vectors of Q4_0 / Q8_0 / Q4_K / Q6_K re-reading one matrix (the bench's rotate_mib=0,n_vecs=8 rows, --full)
-#        beside torch's fp16 mm, then beside ggml's full-feature build with kbench's and ggml's fp16 matmul at
-#        4096^3 and 8192^3; carry also ["third_party/ggml-carry"] (as round3); about 5 minutes
+# ggml8: 8 vectors of Q4_0 / Q8_0 / Q4_K / Q6_K beside torch's fp16 mm (the batch probe), then re-reading one matrix
+#        (the bench's rotate_mib=0,n_vecs=8 rows, --full) beside ggml's full-feature build, with kbench's and ggml's
+#        fp16 matmul at 4096^3 and 8192^3; carry also ["third_party/ggml-carry"] (as round3); about 5 minutes
 # Writes result runs and logs under $OUT (at most 8 files come back); with several parts named, each part's under
 # $OUT/<part>/.
 set -u
@@ -247,12 +247,13 @@ elif [ "$what" = cm2 ]; then
   timeout ${CM2_S:-230} python3 -m kbench.probes matmul --kinds fp16 --budget 200 "${v[@]}" > "$out/probe_matmul_cm2.log" 2>&1
   grep -v "^#\|flexible\|^  16" "$out/probe_matmul_cm2.log" | tail -24
 elif [ "$what" = ggml8 ]; then
-  # 8 vectors re-reading one matrix beside torch, then beside ggml's full-feature build with its fp16 matmul
+  # 8 vectors beside torch's fp16 mm (the probe: weights rotating past the L2, as torch's), then re-reading one
+  # matrix beside ggml's full-feature build, with both fp16 matmuls
   mkdir -p "$out/b"
   gpu_txt
-  timeout ${BATCH_S:-150} python3 -m kbench bench --full --peer torch --quiet --out "$out/b" -k "rotate_mib=0,n_vecs=8" \
-    > "$out/bench-vecs8.log" 2>&1
-  tail -4 "$out/bench-vecs8.log"
+  timeout ${BATCH_S:-120} python3 -m kbench.probes qmatvec --vecs 8 --dtypes Q4_0 Q8_0 Q4_K Q6_K --repeats 3 \
+    > "$out/probe_vecs8.log" 2>&1
+  tail -12 "$out/probe_vecs8.log"
   ggml_binary third_party/ggml-carry
   timeout ${GGML_S:-240} python3 -m kbench bench --full --peer ggml --ggml-bin "$bin" --quiet --out "$out/b" \
     -k "rotate_mib=0,n_vecs=8" -k "matmul_f16[m=4096" -k "matmul_f16[m=8192" > "$out/ggml-bench.log" 2>&1
