@@ -53,28 +53,28 @@ def test_a_run_with_kernel_options_is_not_taken_for_the_defaults(tmp_path, capsy
     assert "skipped, kernel options" in capsys.readouterr().err
 
 
+def _batch_row(tmp_path, capsys, cid: str, head: str, ns: dict[str, float]) -> str:
+    """The table row starting with ``head`` from one batch case's records: implementation -> median ns
+    (each in a file of its own, the bytes those of 8 vectors)."""
+    files = []
+    for i, (impl, median) in enumerate(ns.items()):
+        f = tmp_path / f"{i}-{impl}.jsonl"
+        f.write_text(json.dumps(_rec(cid, impl, median, bytes=33103872 + 4 * 8 * (14336 + 4096))))
+        files.append(str(f))
+    assert _script().main(files) == 0
+    return next(line for line in capsys.readouterr().out.splitlines() if line.startswith(head))
+
+
 def test_batches_of_vectors_are_paired_with_the_torch_peer_and_count_only_weight_bytes(tmp_path, capsys):
     cid = "quantized_matmul[n_rows=14336,n_cols=4096,rotate_mib=256,n_vecs=8,dtype=Q4_0]"
-    kb = tmp_path / "a.jsonl"
-    kb.write_text(json.dumps(_rec(cid, "kbench", 66208.0, bytes=33103872 + 4 * 8 * (14336 + 4096))))
-    pt = tmp_path / "a-torch-cuda.jsonl"
-    pt.write_text(json.dumps(_rec(cid, "torch-cuda", 50000.0)))
-    assert _script().main([str(kb), str(pt)]) == 0
-    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| Q4_0 14336x4096 x8"))
+    row = _batch_row(tmp_path, capsys, cid, "| Q4_0 14336x4096 x8", {"kbench": 66208.0, "torch-cuda": 50000.0})
     assert "66.2 us" in row and "500 GB/s of weights" in row, row
     assert "torch 50.0 us [49.5-51.0]: **not beaten** (0.76x)" in row, row
 
 
-
 def test_eight_vectors_re_reading_one_matrix_are_paired_with_torch_and_ggml(tmp_path, capsys):
     cid = "quantized_matmul[n_rows=4096,n_cols=14336,rotate_mib=0,n_vecs=8,dtype=Q4_K]"
-    kb = tmp_path / "a.jsonl"
-    kb.write_text(json.dumps(_rec(cid, "kbench", 60000.0, bytes=33103872 + 4 * 8 * (14336 + 4096))))
-    pt = tmp_path / "a-torch-cuda.jsonl"
-    pt.write_text(json.dumps(_rec(cid, "torch-cuda", 48000.0)))
-    gg = tmp_path / "b-ggml.jsonl"
-    gg.write_text(json.dumps(_rec(cid, "ggml-vulkan@d99724f+coopmat2", 90000.0)))
-    assert _script().main([str(kb), str(pt), str(gg)]) == 0
-    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| Q4_K 4096x14336 x8 re-read"))
+    row = _batch_row(tmp_path, capsys, cid, "| Q4_K 4096x14336 x8 re-read",
+                     {"kbench": 60000.0, "torch-cuda": 48000.0, "ggml-vulkan@d99724f+coopmat2": 90000.0})
     assert "torch 48.0 us [47.5-49.0]: **not beaten** (0.80x)" in row, row
     assert "ggml 90.0 us [89.1-91.8] (1.50x)" in row, row
