@@ -58,7 +58,7 @@
 #         read floor; about two minutes
 # cm2: matmul_f16 at 4096^3 and 8192^3 on workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2) under
 #      the variants of $CM2_TILES (cm2:BMxBNxBKxTHREADSxGROUP_MxUNROLL, the probe's --coop-variant, cm2t: the same
-#      reading B transposed after a transpose pass; default: the automatic 128x256x32 on 256 invocations unrolled 16
+#      reading B transposed, written once by a transpose pass; default: the automatic 128x256x32 on 256 invocations unrolled 16
 #      times, it and ggml's 128x256x64 reading B transposed, a shallower slice unrolled deeper, other row-group
 #      sweeps, deeper unrolls, 128-invocation and 256x128 tiles) beside torch's fp16 matmul; about three minutes
 # ggml8: 8 vectors of Q4_0 / Q8_0 / Q4_K / Q6_K beside torch's fp16 mm (the batch probe), then re-reading one matrix
@@ -234,7 +234,7 @@ elif [ "$what" = onevec ]; then
 elif [ "$what" = cm2 ]; then
   gpu_txt
   v=()
-  # cm2t: the same tile reading B transposed (a transpose pass first, timed with it), as ggml's coopmat2 matmul
+  # cm2t: the same tile reading B transposed (written once by a transpose pass, timed on its own), as ggml's coopmat2 matmul
   # reads its operands (its 128x256x64 on 256 invocations was 301 / 312 TFLOP/s where ours read 245 / 271)
   for t in ${CM2_TILES:-cm2:128x256x32x256x8x16 cm2t:128x256x32x256x8x16 cm2t:128x256x64x256x8x8 \
       cm2t:128x128x32x128x8x16 cm2:128x256x16x256x8x32 cm2:128x256x32x256x4x16 cm2:128x256x32x256x16x16 \

@@ -319,13 +319,25 @@ def test_the_transpose_pass_moves_every_16bit_element_and_writes_nothing_past_b_
     assert (got[rows * cols:] == 0xA5A5).all(), f"{rows}x{cols}: the pass wrote past its {rows * cols} elements"
 
 
+def _half_inputs(dtype: str, shape: tuple[int, ...], rng) -> tuple[np.ndarray, np.ndarray]:
+    """(the 16-bit array uploaded, its values as float64): uniform [-1, 1) as fp16 or bf16."""
+    from kbench.cases.matmul_f16 import bf16_bits, bf16_values
+
+    x = rng.uniform(-1, 1, shape).astype(np.float32)
+    if dtype == "f16":
+        h = x.astype(np.float16)
+        return h, h.astype(np.float64)
+    bits = bf16_bits(x.ravel()).reshape(shape)
+    return bits, bf16_values(bits).reshape(shape)
+
+
 @needs_device
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
-def test_the_coopmat2_kernel_reading_b_transposed_matches_float64(dtype):
-    """matmul_f16 / matmul_bf16 with the transpose pass and the *.bt kernel, against float64 and
-    beside the kernel reading B as given, on aligned and ragged shapes (devices with coopmat2)."""
+def test_the_coopmat2_kernel_reading_b_transposed_matches_float64_and_keeps_b_transposed(dtype):
+    """matmul_f16 / matmul_bf16 with the transpose pass and the *.bt kernel (devices with coopmat2):
+    against float64 on aligned and ragged shapes, B itself unchanged; B^T made once and reused by
+    the next call on the same B (one dispatch), made again once B is written."""
     from kbench.backend import VulkanBackend
-    from kbench.cases.matmul_f16 import bf16_bits, bf16_values
 
     rng = np.random.default_rng(9)
     with VulkanBackend(matmul_f16_path="coopmat2", matmul_f16_cm2_b="transposed") as be:
@@ -334,28 +346,33 @@ def test_the_coopmat2_kernel_reading_b_transposed_matches_float64(dtype):
             pytest.skip(f"no coopmat2 {dtype} kernel here: {why}")
         op = be.matmul_f16 if dtype == "f16" else be.matmul_bf16
         for m, n, k in [(256, 512, 256), (333, 517, 259), (1, 9, 17)]:
-            x, y = rng.uniform(-1, 1, m * k).astype(np.float32), rng.uniform(-1, 1, k * n).astype(np.float32)
-            if dtype == "f16":
-                a, b = x.astype(np.float16), y.astype(np.float16)
-                va, vb = a.astype(np.float64), b.astype(np.float64)
-            else:
-                a, b = bf16_bits(x), bf16_bits(y)
-                va, vb = bf16_values(a), bf16_values(b)
+            (a, va), (b, vb) = _half_inputs(dtype, (m, k), rng), _half_inputs(dtype, (k, n), rng)
             ha, hb, ho = be.allocate(a.nbytes), be.allocate(b.nbytes), be.allocate(4 * m * n)
+            out, after = np.empty(m * n, np.float32), np.empty(b.shape, b.dtype)
             try:
                 be.copy_to_device(a, ha)
                 be.copy_to_device(b, hb)
                 op(ha, hb, ho, m, n, k)
-                out = np.empty(m * n, np.float32)
                 be.copy_from_device(ho, out)
-                after = np.empty(b.size, b.dtype)
+                err = nmse(out.reshape(m, n), va @ vb)
+                assert err < 1e-10, f"matmul_{dtype} with B transposed {m}x{n}x{k}: NMSE {err:.2e}"
+                assert be.cache_stats()["derived_copies"] == 1, be.cache_stats()
+                before = be.cache_stats()["dispatches"]
+                op(ha, hb, ho, m, n, k)
+                calls = be.cache_stats()["dispatches"] - before
+                assert calls == 1, f"the second call on the same B recorded {calls} dispatches, expected 1 (B^T kept)"
+                b2, vb2 = _half_inputs(dtype, (k, n), rng)
+                be.copy_to_device(b2, hb)
+                op(ha, hb, ho, m, n, k)
+                be.copy_from_device(ho, out)
+                err = nmse(out.reshape(m, n), va @ vb2)
+                assert err < 1e-10, f"after a new B was written {m}x{n}x{k}: NMSE {err:.2e} (a stale B^T?)"
                 be.copy_from_device(hb, after)
+                assert (after == b2).all(), "the transpose pass changed B itself"
             finally:
                 for h in (ha, hb, ho):
                     be.free(h)
-            err = nmse(out.reshape(m, n), va.reshape(m, k) @ vb.reshape(k, n))
-            assert err < 1e-10, f"matmul_{dtype} with B transposed {m}x{n}x{k}: NMSE {err:.2e}"
-            assert (after == b).all(), "the transpose pass changed B itself"
+        assert be.cache_stats()["derived_copies"] == 0, "freeing B freed its transposed copy"
 
 
 # -- runtime: structs the bindings lack ------------------------------------------------------------------

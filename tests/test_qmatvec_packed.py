@@ -81,13 +81,13 @@ def test_a_weight_buffer_is_repacked_once_and_reused(be, dtype):
     p = Problem(be, dtype, 37, 512, seed=1)
     p.check("first call (repacks)")
     stats = be.cache_stats()
-    assert stats["packed_weights"] == 1, stats
-    assert stats["packed_bytes"] == KernelPolicy.qmatvec_packed_bytes(dtype, 37, 512), stats
+    assert stats["derived_copies"] == 1, stats
+    assert stats["derived_bytes"] == KernelPolicy.qmatvec_packed_bytes(dtype, 37, 512), stats
     buffers = stats["buffers"]
     for i in range(3):
         p.check(f"call {i + 2} (reuses the copy)")
     stats = be.cache_stats()
-    assert (stats["packed_weights"], stats["buffers"]) == (1, buffers), f"expected one copy, no new buffer: {stats}"
+    assert (stats["derived_copies"], stats["buffers"]) == (1, buffers), f"expected one copy, no new buffer: {stats}"
 
 
 @needs_device
@@ -97,7 +97,7 @@ def test_new_weights_written_by_a_transfer_are_repacked(be):
     other = quantize(np.random.default_rng(3).uniform(-2, 2, (20, 256)).astype(np.float32), DType.Q4_0)
     be.copy_to_device(other, p.hw)
     p.check("after copy_to_device of new weights", other)
-    assert be.cache_stats()["packed_weights"] == 1
+    assert be.cache_stats()["derived_copies"] == 1
 
 
 @needs_device
@@ -136,7 +136,7 @@ def test_freeing_weights_frees_their_copy_and_nothing_leaks(be):
         p.free()
     be.synchronize()
     stats = be.cache_stats()
-    assert stats["packed_weights"] == 0 and stats["packed_bytes"] == 0, stats
+    assert stats["derived_copies"] == 0 and stats["derived_bytes"] == 0, stats
     assert stats["buffers"] <= base["buffers"] + 2, f"buffers grew from {base['buffers']} to {stats['buffers']}"
     # (runtime_buffers also counts the runtime's idle staging pool, which is bounded on its own)
     for k in ("runtime_tensors", "runtime_algorithms", "runtime_descriptor_sets"):
@@ -146,13 +146,13 @@ def test_freeing_weights_frees_their_copy_and_nothing_leaks(be):
 @needs_device
 def test_the_copies_stay_within_their_byte_budget(be):
     per = KernelPolicy.qmatvec_packed_bytes(DType.Q4_0, 64, 256)
-    be.PACKED_CACHE_BYTES = 3 * per
+    be.DERIVED_CACHE_BYTES = 3 * per
     probs = [Problem(be, DType.Q4_0, 64, 256, seed=10 + i) for i in range(6)]
     for rnd in range(2):
         for i, p in enumerate(probs):
             p.check(f"round {rnd}, weights {i}")
             stats = be.cache_stats()
-            assert stats["packed_bytes"] <= 3 * per, f"{stats['packed_bytes']} bytes of copies, budget {3 * per}"
+            assert stats["derived_bytes"] <= 3 * per, f"{stats['derived_bytes']} bytes of copies, budget {3 * per}"
 
 
 @needs_device
@@ -161,7 +161,7 @@ def test_formats_without_a_packed_kernel_keep_the_gguf_kernels(be):
     kernel = be._policy.qmatvec(DType.Q5_K, 512, 5)
     assert not kernel.packed, kernel
     p.check("Q5_K under layout=packed")
-    assert be.cache_stats()["packed_weights"] == 0
+    assert be.cache_stats()["derived_copies"] == 0
 
 
 @needs_device

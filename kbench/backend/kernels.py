@@ -550,9 +550,10 @@ class KernelPolicy:
                         (256, 128, 64, 256), (64, 64, 32, 128), (64, 64, 16, 64), (32, 32, 16, 32))
     MATMUL_CM2_GROUP_M = 8
     MATMUL_CM2_UNROLL = 16
-    #: how matmul_coop2.comp reads B: "rows" (B as given, k rows of n) or "transposed" (a transpose pass
-    #: first, shaders/transpose16.comp, then the *.bt variant reads both operands along k, as ggml's
-    #: coopmat2 matmul does); "rows" until the transposed order is measured faster with its pass included
+    #: how matmul_coop2.comp reads B: "rows" (B as given, k rows of n) or "transposed" (B^T written by a
+    #: transpose pass, shaders/transpose16.comp, and kept while B is not written, as repacked weights are;
+    #: the *.bt variant then reads both operands along k, as ggml's coopmat2 matmul does); "rows" until the
+    #: transposed order is measured faster
     MATMUL_CM2_B = "rows"
     MATMUL_CM2_B_LAYOUTS = ("rows", "transposed")
     #: the transpose pass's square tile (shaders/transpose16.comp)

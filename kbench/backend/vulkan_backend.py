@@ -8,7 +8,8 @@ dependent ops.  Pipelines are shared through the runtime's pipeline cache; each 
 submitted-but-unfinished batch uses, and a freed buffer's algorithms go with it.  Buffers
 freed while a batch may still use them are destroyed once that batch has finished.  With the
 quantized_matmul knob ``layout="packed"`` the backend also keeps a repacked copy of each weight
-buffer (made on the GPU on first use, remade once any other op has used the buffer, dropped with it).
+buffer, and where matmul_f16's coopmat2 kernel reads B transposed a transposed copy of B (each made
+on the GPU on first use, remade once any other op has used the buffer, dropped with it).
 
 :meth:`VulkanBackend.replay_gpu_ns` records the calls a benchmark issues into one command
 buffer and submits it again and again: the device then runs the calls back to back (with the
@@ -94,16 +95,17 @@ class _DeviceBuffer:
     tensor: Any
     last_serial: int = 0
     algorithms: set = field(default_factory=set)  # cache keys that bind this buffer
-    touches: int = 0  # ops recorded that use it (a packed copy is current while this stays put)
+    touches: int = 0  # ops recorded that use it (a derived copy is current while this stays put)
 
 
 @dataclass
-class _PackedWeights:
-    """A repacked copy of a weight buffer (KernelPolicy.qmatvec_pack) and what it was made from."""
+class _DerivedCopy:
+    """A copy of a buffer made by a kernel (weights repacked by KernelPolicy.qmatvec_pack, B of
+    matmul_f16 transposed by KernelPolicy.transpose16) and what it was made from."""
 
     key: int  # internal buffer
-    shape: tuple[DType, int, int]  # (dtype, n_rows, n_cols)
-    touches: int  # the source buffer's touches right after the repack was recorded
+    what: tuple  # what the copy holds, e.g. ("packed", dtype, n_rows, n_cols)
+    touches: int  # the source buffer's touches right after the copy was recorded
     nbytes: int
 
 
@@ -184,8 +186,8 @@ class VulkanBackend(ComputeBackend):
         self._graveyard: list[tuple[int, Any]] = []  # (serial after which it may go, object)
         self._scratch_bufs: dict[str, tuple[int, int]] = {}  # kind -> (buffer key, bytes)
         self._rope_tables: OrderedDict[tuple[int, float], int] = OrderedDict()
-        self._packed: OrderedDict[int, _PackedWeights] = OrderedDict()  # weight handle id -> copy, LRU
-        self._packed_bytes = 0
+        self._derived: OrderedDict[int, _DerivedCopy] = OrderedDict()  # source buffer id -> copy, LRU
+        self._derived_bytes = 0
         self._submissions = 0
         self._dispatches = 0  # compute dispatches recorded (cache_stats; tests count an op's)
         self._timing: list[int | None] | None = None  # GPU ns per retired batch while measuring
@@ -223,8 +225,8 @@ class VulkanBackend(ComputeBackend):
             "buffers": len(self._buffers),
             "graveyard": len(self._graveyard),
             "rope_tables": len(self._rope_tables),
-            "packed_weights": len(self._packed),
-            "packed_bytes": self._packed_bytes,
+            "derived_copies": len(self._derived),
+            "derived_bytes": self._derived_bytes,
             "submissions": self._submissions,
             "dispatches": self._dispatches,
         }
@@ -244,7 +246,7 @@ class VulkanBackend(ComputeBackend):
         self._buffers[handle.id] = _DeviceBuffer(tensor)
 
     def _free(self, handle: BufferHandle) -> None:
-        self._drop_packed(handle.id)
+        self._drop_derived(handle.id)
         self._drop_buffer(handle.id)
 
     def _close(self) -> None:
@@ -316,8 +318,10 @@ class VulkanBackend(ComputeBackend):
         kernel, grid = pol.matmul_f16_plan(m, n, k, dtype)  # UnsupportedFeatureError first
         b_key = b.id
         if pol.matmul_f16_b_transposed(dtype):
-            b_key = self._scratch(2 * n * k, "matmul_f16_bt")
-            self._transpose16(b.id, b_key, k, n)
+            # B^T is kept like repacked weights: made once, remade after any other op used B's buffer
+            pol.transpose16(k, n)  # its limits, before anything is recorded
+            b_key = self._derived_copy(b.id, ("transposed", k, n), 2 * n * k,
+                                       lambda src, dst: self._transpose16(src, dst, k, n))
         self._dispatch(kernel, (a.id, b_key, out.id), grid, kernel.push_record(m, n, k))
 
     def _transpose16(self, src: int, dst: int, rows: int, cols: int) -> None:
@@ -502,35 +506,40 @@ class VulkanBackend(ComputeBackend):
         self._dispatch(plan.main, (w, xb, part), plan.grid(n_rows), push)
         self._split_sum(part, output, n, plan.splits)
 
-    #: device memory the repacked weight copies (qmatvec layout "packed") may hold; beyond it
-    #: the least recently used copies go (and are made again on their next use)
-    PACKED_CACHE_BYTES = 8 << 30
+    #: device memory the derived copies (repacked weights, B transposed) may hold; beyond it the least
+    #: recently used copies go (and are made again on their next use)
+    DERIVED_CACHE_BYTES = 8 << 30
 
     def _packed_weights(self, weights: BufferHandle, dtype: DType, n_rows: int, n_cols: int, nbytes: int) -> int:
-        """The repacked copy of ``weights`` (its internal buffer key), made now where there is none
-        or the buffer was used by any other op since (a write may have changed it)."""
-        src = self._buffers[weights.id]
-        shape = (dtype, n_rows, n_cols)
-        found = self._packed.get(weights.id)
-        if found is not None and found.shape == shape and found.touches == src.touches:
-            self._packed.move_to_end(weights.id)
-            return found.key
-        self._drop_packed(weights.id)
-        key = self._new_internal(nbytes)
+        """The repacked copy of ``weights`` (its internal buffer key) for qmatvec layout "packed"."""
         kernel = self._policy.qmatvec_pack(dtype)
         n_blocks = n_rows * (n_cols // dtype.block_elems)
         grid = self._policy.grid_1d(_ceil_div(_ceil_div(n_blocks, 2), kernel.spec[0]))
-        self._dispatch(kernel, (weights.id, key), grid, kernel.push_record(n_blocks))
-        self._packed[weights.id] = _PackedWeights(key, shape, src.touches, nbytes)
-        self._packed_bytes += nbytes
-        while self._packed_bytes > self.PACKED_CACHE_BYTES and len(self._packed) > 1:
-            self._drop_packed(next(iter(self._packed)))
+        return self._derived_copy(weights.id, ("packed", dtype, n_rows, n_cols), nbytes,
+                                  lambda src, dst: self._dispatch(kernel, (src, dst), grid, kernel.push_record(n_blocks)))
+
+    def _derived_copy(self, source: int, what: tuple, nbytes: int, make: Callable[[int, int], None]) -> int:
+        """The internal copy of buffer ``source`` that ``make(source, copy)`` records (its key),
+        made now where there is none holding ``what``, or the buffer was used by any other op
+        since (a write may have changed it)."""
+        src = self._buffers[source]
+        found = self._derived.get(source)
+        if found is not None and found.what == what and found.touches == src.touches:
+            self._derived.move_to_end(source)
+            return found.key
+        self._drop_derived(source)
+        key = self._new_internal(nbytes)
+        make(source, key)
+        self._derived[source] = _DerivedCopy(key, what, src.touches, nbytes)
+        self._derived_bytes += nbytes
+        while self._derived_bytes > self.DERIVED_CACHE_BYTES and len(self._derived) > 1:
+            self._drop_derived(next(iter(self._derived)))
         return key
 
-    def _drop_packed(self, weights_id: int) -> None:
-        found = self._packed.pop(weights_id, None)
+    def _drop_derived(self, source: int) -> None:
+        found = self._derived.pop(source, None)
         if found is not None:
-            self._packed_bytes -= found.nbytes
+            self._derived_bytes -= found.nbytes
             self._drop_buffer(found.key)
 
     # -- internal buffers ---------------------------------------------------------------------------

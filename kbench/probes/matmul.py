@@ -24,8 +24,9 @@ same run (--fp32-only: no fp16 or bf16 part).  The H200's driver takes about 6 s
 variant's pipeline (over a minute for the 128-accumulator tiles, listed last).  fp16 variants are matmul_f16_tile = (WG_M, WG_N, SG_M, SG_N, BK, GROUP_M); spec
 constants of matmul_coop.khr.spv: (invocations, WG_M, WG_N, SG_M, SG_N, BK, VEC, STAGES, GROUP_M).
 coopmat2 variants ("cm2 ...") are matmul_f16_cm2_tile = (BM, BN, BK, THREADS, GROUP_M, UNROLL);
-"cm2t ..." the same kernel reading B transposed (matmul_f16_cm2_b="transposed": a transpose pass of B,
-timed with the product, then both operands read along k; the note gives the pass's own time).
+"cm2t ..." the same kernel reading B transposed (matmul_f16_cm2_b="transposed": a transpose pass writes B^T
+once, which the backend keeps while B is not written, as it keeps repacked weights; both operands are then
+read along k): the timed calls are the product's, the note gives the pass's own time.
 Each is also run once on a shape that is not a multiple of its tile (the clamped loads and clipped
 stores), whose NMSE over the whole output is the note "edge NMSE".  bf16 inputs are float32 values rounded to
 bfloat16 (kbench.quant), the reference the float64 product of those exact values.
