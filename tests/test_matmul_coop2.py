@@ -319,18 +319,6 @@ def test_the_transpose_pass_moves_every_16bit_element_and_writes_nothing_past_b_
     assert (got[rows * cols:] == 0xA5A5).all(), f"{rows}x{cols}: the pass wrote past its {rows * cols} elements"
 
 
-def _half_inputs(dtype: str, shape: tuple[int, ...], rng) -> tuple[np.ndarray, np.ndarray]:
-    """(the 16-bit array uploaded, its values as float64): uniform [-1, 1) as fp16 or bf16."""
-    from kbench.cases.matmul_f16 import bf16_bits, bf16_values
-
-    x = rng.uniform(-1, 1, shape).astype(np.float32)
-    if dtype == "f16":
-        h = x.astype(np.float16)
-        return h, h.astype(np.float64)
-    bits = bf16_bits(x.ravel()).reshape(shape)
-    return bits, bf16_values(bits).reshape(shape)
-
-
 @needs_device
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_the_coopmat2_kernel_reading_b_transposed_matches_float64_and_keeps_b_transposed(dtype):
@@ -338,6 +326,7 @@ def test_the_coopmat2_kernel_reading_b_transposed_matches_float64_and_keeps_b_tr
     against float64 on aligned and ragged shapes, B itself unchanged; B^T made once and reused by
     the next call on the same B (one dispatch), made again once B is written."""
     from kbench.backend import VulkanBackend
+    from kbench.probes.matmul import half_inputs
 
     rng = np.random.default_rng(9)
     with VulkanBackend(matmul_f16_path="coopmat2", matmul_f16_cm2_b="transposed") as be:
@@ -346,7 +335,7 @@ def test_the_coopmat2_kernel_reading_b_transposed_matches_float64_and_keeps_b_tr
             pytest.skip(f"no coopmat2 {dtype} kernel here: {why}")
         op = be.matmul_f16 if dtype == "f16" else be.matmul_bf16
         for m, n, k in [(256, 512, 256), (333, 517, 259), (1, 9, 17)]:
-            (a, va), (b, vb) = _half_inputs(dtype, (m, k), rng), _half_inputs(dtype, (k, n), rng)
+            (a, va), (b, vb) = half_inputs(dtype, (m, k), rng), half_inputs(dtype, (k, n), rng)
             ha, hb, ho = be.allocate(a.nbytes), be.allocate(b.nbytes), be.allocate(4 * m * n)
             out, after = np.empty(m * n, np.float32), np.empty(b.shape, b.dtype)
             try:
@@ -354,18 +343,18 @@ def test_the_coopmat2_kernel_reading_b_transposed_matches_float64_and_keeps_b_tr
                 be.copy_to_device(b, hb)
                 op(ha, hb, ho, m, n, k)
                 be.copy_from_device(ho, out)
-                err = nmse(out.reshape(m, n), va @ vb)
+                err = nmse(out.reshape(m, n), va.astype(np.float64) @ vb.astype(np.float64))
                 assert err < 1e-10, f"matmul_{dtype} with B transposed {m}x{n}x{k}: NMSE {err:.2e}"
                 assert be.cache_stats()["derived_copies"] == 1, be.cache_stats()
                 before = be.cache_stats()["dispatches"]
                 op(ha, hb, ho, m, n, k)
                 calls = be.cache_stats()["dispatches"] - before
                 assert calls == 1, f"the second call on the same B recorded {calls} dispatches, expected 1 (B^T kept)"
-                b2, vb2 = _half_inputs(dtype, (k, n), rng)
+                b2, vb2 = half_inputs(dtype, (k, n), rng)
                 be.copy_to_device(b2, hb)
                 op(ha, hb, ho, m, n, k)
                 be.copy_from_device(ho, out)
-                err = nmse(out.reshape(m, n), va @ vb2)
+                err = nmse(out.reshape(m, n), va.astype(np.float64) @ vb2.astype(np.float64))
                 assert err < 1e-10, f"after a new B was written {m}x{n}x{k}: NMSE {err:.2e} (a stale B^T?)"
                 be.copy_from_device(hb, after)
                 assert (after == b2).all(), "the transpose pass changed B itself"

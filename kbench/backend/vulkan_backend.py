@@ -319,7 +319,6 @@ class VulkanBackend(ComputeBackend):
         b_key = b.id
         if pol.matmul_f16_b_transposed(dtype):
             # B^T is kept like repacked weights: made once, remade after any other op used B's buffer
-            pol.transpose16(k, n)  # its limits, before anything is recorded
             b_key = self._derived_copy(b.id, ("transposed", k, n), 2 * n * k,
                                        lambda src, dst: self._transpose16(src, dst, k, n))
         self._dispatch(kernel, (a.id, b_key, out.id), grid, kernel.push_record(m, n, k))
@@ -529,7 +528,11 @@ class VulkanBackend(ComputeBackend):
             return found.key
         self._drop_derived(source)
         key = self._new_internal(nbytes)
-        make(source, key)
+        try:
+            make(source, key)  # a kernel's refusal (its limits) comes before it records anything
+        except BaseException:
+            self._drop_buffer(key)
+            raise
         self._derived[source] = _DerivedCopy(key, what, src.touches, nbytes)
         self._derived_bytes += nbytes
         while self._derived_bytes > self.DERIVED_CACHE_BYTES and len(self._derived) > 1:

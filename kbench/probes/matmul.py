@@ -242,8 +242,8 @@ class Probe:
         be = self.be
         m, n, k = size
         kind = "fp16" if dtype == "f16" else "bf16"
-        a, va = _inputs(dtype, (m, k), rng)
-        b, vb = _inputs(dtype, (k, n), rng)
+        a, va = half_inputs(dtype, (m, k), rng)
+        b, vb = half_inputs(dtype, (k, n), rng)
         rows = np.sort(rng.choice(m, min(SAMPLE_ROWS, m), replace=False))
         ref = va[rows].astype(np.float64) @ vb.astype(np.float64)
         ha, hb, ho = be.allocate(a.nbytes), be.allocate(b.nbytes), be.allocate(4 * m * n)
@@ -299,8 +299,8 @@ class Probe:
         """NMSE of the current variant over the whole output of EDGE_SIZE (not a multiple of any tile)."""
         be = self.be
         m, n, k = EDGE_SIZE
-        a, va = _inputs(dtype, (m, k), np.random.default_rng(7))
-        b, vb = _inputs(dtype, (k, n), np.random.default_rng(8))
+        a, va = half_inputs(dtype, (m, k), np.random.default_rng(7))
+        b, vb = half_inputs(dtype, (k, n), np.random.default_rng(8))
         ref = va.astype(np.float64) @ vb.astype(np.float64)
         ha, hb, ho = be.allocate(a.nbytes), be.allocate(b.nbytes), be.allocate(4 * m * n)
         try:
@@ -316,7 +316,7 @@ class Probe:
         return nmse(got.reshape(m, n), ref)
 
 
-def _inputs(dtype: str, shape: tuple[int, int], rng) -> tuple[np.ndarray, np.ndarray]:
+def half_inputs(dtype: str, shape: tuple[int, int], rng) -> tuple[np.ndarray, np.ndarray]:
     """(what is uploaded, its values as float32): uniform [-1, 1) rounded to fp16 or bf16."""
     x = rng.uniform(-1, 1, shape).astype(np.float32)
     if dtype == "f16":
